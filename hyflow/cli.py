@@ -1,0 +1,51 @@
+"""The `hyflow` console command: one subcommand per common job.
+
+    hyflow <command> [args...]        (same as `python -m hyflow <command> ...`)
+    hyflow <command> --help
+
+Each subcommand lives in the module that owns the job; this file only maps names to `module:function`
+entry points (imported lazily, so `hyflow --help` stays fast). An entry point takes the argument list
+after the command name and returns an exit code (or None for success).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# name -> (entry point "module:function", one-line help). Add a line here when a job lands.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "prepare-data": ("hyflow.data.prepare:main", "write train/test parquet for gsm8k, math, arith or countdown"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: hyflow <command> [args...]", "", "commands:"]
+    width = max((len(name) for name in COMMANDS), default=0)
+    for name, (_, summary) in sorted(COMMANDS.items()):
+        lines.append(f"  {name.ljust(width)}  {summary}")
+    lines += ["", "Run `hyflow <command> --help` for the options of one command."]
+    return "\n".join(lines)
+
+
+def _load(entry: str) -> Callable[[list[str]], int | None]:
+    module_name, func_name = entry.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"hyflow: unknown command {name!r}.\n\n{_usage()}", file=sys.stderr)
+        return 2
+    result = _load(COMMANDS[name][0])(rest)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+"""DataProto: the batch that travels between the single controller and the worker groups.
+
+A `DataProto` holds three things for B rows:
+
+- `batch`: a `tensordict.TensorDict` with `batch_size=[B]`; every tensor has B as its first dimension.
+- `non_tensor_batch`: a dict of numpy object arrays of length B (strings, dicts, lists: one per row).
+- `meta_info`: a dict of values for the whole batch (temperature, metrics, ...).
+
+Field names are listed, with shapes and meanings, in `hyflow.fields`. Worker groups split a `DataProto` into
+per-rank shards with `chunk`, and put the results back together with `concat`; `pad_to_divisor` / `unpad` make a
+batch divisible by the data-parallel size. `DataProtoFuture` is a result that has not been collected yet (Ray
+object refs are resolved only when `.get()` is called; this module never imports Ray at import time).
+
+Example::
+
+    data = DataProto.from_single_dict({"input_ids": ids, "uid": np.array(["a", "b"], dtype=object)})
+    shards = data.chunk(2)              # one per rank
+    out = DataProto.concat(shards)      # back to one batch
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from hyflow.fields import describe
+
+__all__ = ["DataProto", "DataProtoFuture", "pad_dataproto_to_divisor", "unpad_dataproto"]
+
+Index = int | slice | torch.Tensor | np.ndarray | Sequence[int] | Sequence[bool]
+
+
+class MissingKeyError(KeyError):
+    """A KeyError whose message prints as written (KeyError would wrap it in quotes)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _compact(batch: TensorDict) -> TensorDict:
+    """Clone tensors that are views into a larger storage, so pickling a slice does not ship the whole batch."""
+
+    def compact(tensor: torch.Tensor) -> torch.Tensor:
+        needed = tensor.numel() * tensor.element_size()
+        return tensor.clone() if tensor.untyped_storage().nbytes() > needed else tensor
+
+    return batch.apply(compact)
+
+
+def _to_object_array(key: str, value: Any) -> np.ndarray:
+    """Make `value` a numpy object array whose first dimension is the row axis.
+
+    A list of equal-length lists or of dicts stays 1-D (one object per row): numpy would otherwise broadcast it.
+    """
+    if isinstance(value, np.ndarray):
+        return value if value.dtype == object else value.astype(object)
+    if isinstance(value, (list, tuple)):
+        array = np.empty(len(value), dtype=object)
+        for i, item in enumerate(value):
+            array[i] = item
+        return array
+    raise TypeError(
+        f"non_tensor_batch['{key}'] is a {type(value).__name__}; it must be a numpy array or a list with one "
+        f"entry per row. Wrap it: np.array(values, dtype=object)."
+    )
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equality that works for tensors, numpy arrays, dicts and lists of them (never raises on ambiguity)."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b.to(a.device))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a_arr, b_arr = np.asarray(a), np.asarray(b)
+        if a_arr.shape != b_arr.shape:
+            return False
+        return all(_same_value(x, y) for x, y in zip(a_arr.ravel(), b_arr.ravel()))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def _row_index(index: torch.Tensor | np.ndarray | Sequence, length: int) -> np.ndarray:
+    """Turn a bool mask or integer index (tensor, array or list) into an int64 numpy array of rows."""
+    if isinstance(index, torch.Tensor):
+        index = index.detach().cpu().numpy()
+    array = np.asarray(index)
+    if array.ndim != 1:
+        raise IndexError(f"DataProto index must be 1-D, got shape {array.shape}.")
+    if array.dtype == bool:
+        if len(array) != length:
+            raise IndexError(f"boolean index has length {len(array)} but the DataProto has {length} rows.")
+        return np.nonzero(array)[0].astype(np.int64)
+    if array.size == 0:
+        return array.astype(np.int64)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise IndexError(f"DataProto index must hold integers or booleans, got dtype {array.dtype}.")
+    if array.max() >= length or array.min() < -length:
+        raise IndexError(f"DataProto index out of range: rows must lie in [-{length}, {length}), got {array}.")
+    return array.astype(np.int64)
+
+
+def _check_keys(where: str, wanted: Iterable[str], present: Iterable[str]) -> list[str]:
+    """Return `wanted` as a list, or raise naming the missing keys, the available ones and what each one is."""
+    wanted, present = list(wanted), list(present)
+    missing = [key for key in wanted if key not in present]
+    if missing:
+        details = "; ".join(describe(key) for key in missing)
+        raise MissingKeyError(
+            f"DataProto.{where} has no key {missing} (available: {sorted(present)}). Wanted: {details}"
+        )
+    return wanted
+
+
+@dataclass(eq=False)
+class DataProto:
+    """A batch of B rows: tensors in `batch`, per-row Python objects in `non_tensor_batch`, and `meta_info`."""
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batch is not None and not isinstance(self.batch, TensorDict):
+            raise TypeError(
+                f"DataProto.batch must be a tensordict.TensorDict or None, got {type(self.batch).__name__}. "
+                f"Build from plain tensors with DataProto.from_dict(tensors) or DataProto.from_single_dict(data)."
+            )
+        self.non_tensor_batch = {k: _to_object_array(k, v) for k, v in (self.non_tensor_batch or {}).items()}
+        self.meta_info = dict(self.meta_info or {})
+        self.check_consistency()
+
+    # ---- construction ----
+    @classmethod
+    def from_dict(
+        cls,
+        tensors: Mapping[str, torch.Tensor] | None = None,
+        non_tensors: Mapping[str, np.ndarray | list] | None = None,
+        meta_info: dict[str, Any] | None = None,
+    ) -> DataProto:
+        """Build from a dict of tensors (all sharing dim 0), a dict of per-row arrays, and meta_info."""
+        tensors = dict(tensors or {})
+        batch = None
+        if tensors:
+            lengths = {}
+            for key, value in tensors.items():
+                if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                    raise ValueError(f"tensor '{key}' must be a torch.Tensor with a row dimension, got {value!r:.80}.")
+                lengths[key] = value.shape[0]
+            first_key = next(iter(lengths))
+            for key, length in lengths.items():
+                if length != lengths[first_key]:
+                    raise ValueError(
+                        f"tensor '{key}' has {length} rows but '{first_key}' has {lengths[first_key]}; every field "
+                        f"of a DataProto must have the same first dimension."
+                    )
+            batch = TensorDict(tensors, batch_size=[lengths[first_key]])
+        return cls(batch=batch, non_tensor_batch=dict(non_tensors or {}), meta_info=dict(meta_info or {}))
+
+    @classmethod
+    def from_single_dict(
+        cls, data: Mapping[str, torch.Tensor | np.ndarray | list], meta_info: dict[str, Any] | None = None
+    ) -> DataProto:
+        """Build from one dict: torch tensors go to `batch`, numpy arrays and lists to `non_tensor_batch`."""
+        tensors, non_tensors = {}, {}
+        for key, value in data.items():
+            if isinstance(value, torch.Tensor):
+                tensors[key] = value
+            elif isinstance(value, (np.ndarray, list, tuple)):
+                non_tensors[key] = value
+            else:
+                raise ValueError(
+                    f"'{key}' is a {type(value).__name__}; from_single_dict takes torch tensors and numpy arrays "
+                    f"(or lists) with one entry per row. Put batch-wide values in meta_info instead."
+                )
+        return cls.from_dict(tensors, non_tensors, meta_info)
+
+    def check_consistency(self) -> None:
+        """Check that `batch` is 1-D and every non-tensor array has the same number of rows as the batch."""
+        if self.batch is not None and self.batch.batch_dims != 1:
+            raise ValueError(
+                f"DataProto.batch must have one batch dimension (batch_size=[B]), got batch_size="
+                f"{list(self.batch.batch_size)}. Build it with TensorDict(tensors, batch_size=[B])."
+            )
+        ref_key, ref_len = ("batch", self.batch.batch_size[0]) if self.batch is not None else (None, None)
+        for key, array in self.non_tensor_batch.items():
+            if array.ndim == 0:
+                raise ValueError(f"non_tensor_batch['{key}'] is a 0-d array; it needs one entry per row.")
+            if ref_key is None:
+                ref_key, ref_len = f"non_tensor_batch['{key}']", len(array)
+            elif len(array) != ref_len:
+                raise ValueError(
+                    f"non_tensor_batch['{key}'] has {len(array)} rows but {ref_key} has {ref_len}; every field of "
+                    f"a DataProto must have the same first dimension."
+                )
+
+    # ---- size and indexing ----
+    def __len__(self) -> int:
+        if self.batch is not None:
+            return int(self.batch.batch_size[0])
+        for array in self.non_tensor_batch.values():
+            return len(array)
+        return 0
+
+    def __getitem__(self, index: Index) -> DataProto:
+        """Rows by int (a 1-row DataProto), slice, bool mask or integer index (tensor, numpy array or list)."""
+        length = len(self)
+        if isinstance(index, (int, np.integer)):
+            if not -length <= index < length:
+                raise IndexError(f"row {index} is out of range for a DataProto of {length} rows.")
+            start = int(index) % length
+            index = slice(start, start + 1)
+        if isinstance(index, slice):
+            return self._take(index, index)
+        rows = _row_index(index, length)
+        return self._take(torch.from_numpy(rows), rows)
+
+    def _take(self, tensor_index: slice | torch.Tensor, array_index: slice | np.ndarray) -> DataProto:
+        batch = self.batch[tensor_index] if self.batch is not None else None
+        non_tensors = {key: array[array_index] for key, array in self.non_tensor_batch.items()}
+        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(self.meta_info))
+
+    # ---- selecting and merging keys ----
+    def select(
+        self,
+        batch_keys: Iterable[str] | None = None,
+        non_tensor_batch_keys: Iterable[str] | None = None,
+        meta_info_keys: Iterable[str] | None = None,
+        deepcopy: bool = False,
+    ) -> DataProto:
+        """A DataProto with only the named keys (None keeps all of that kind); `deepcopy` copies the values."""
+        batch = None
+        if self.batch is not None:
+            present = list(self.batch.keys())
+            keys = _check_keys("batch", batch_keys if batch_keys is not None else present, present)
+            batch = self.batch.select(*keys)
+        elif batch_keys:
+            _check_keys("batch", batch_keys, [])
+        nt_keys = non_tensor_batch_keys if non_tensor_batch_keys is not None else self.non_tensor_batch
+        nt_keys = _check_keys("non_tensor_batch", nt_keys, self.non_tensor_batch)
+        meta_keys = meta_info_keys if meta_info_keys is not None else self.meta_info
+        meta_keys = _check_keys("meta_info", meta_keys, self.meta_info)
+        non_tensors = {key: self.non_tensor_batch[key] for key in nt_keys}
+        meta_info = {key: self.meta_info[key] for key in meta_keys}
+        if deepcopy:
+            batch = batch.clone() if batch is not None else None
+            non_tensors, meta_info = copy.deepcopy(non_tensors), copy.deepcopy(meta_info)
+        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
+
+    def pop(
+        self,
+        batch_keys: Iterable[str] | None = None,
+        non_tensor_batch_keys: Iterable[str] | None = None,
+        meta_info_keys: Iterable[str] | None = None,
+    ) -> DataProto:
+        """Remove the named keys from this DataProto and return them as a new one (None pops nothing)."""
+        batch_keys = _check_keys("batch", batch_keys or [], self.batch.keys() if self.batch is not None else [])
+        nt_keys = _check_keys("non_tensor_batch", non_tensor_batch_keys or [], self.non_tensor_batch)
+        meta_keys = _check_keys("meta_info", meta_info_keys or [], self.meta_info)
+        batch = None
+        if batch_keys:
+            batch = TensorDict({key: self.batch.pop(key) for key in batch_keys}, batch_size=self.batch.batch_size)
+        non_tensors = {key: self.non_tensor_batch.pop(key) for key in nt_keys}
+        meta_info = {key: self.meta_info.pop(key) for key in meta_keys}
+        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
+
+    def union(self, other: DataProto) -> DataProto:
+        """Merge `other`'s keys into this DataProto in place and return it (verl semantics: `b = b.union(o)`).
+
+        A key present in both must hold equal values; otherwise nothing is merged and a ValueError names the key.
+        """
+        if self._has_rows() and other._has_rows() and len(self) != len(other):
+            raise ValueError(
+                f"cannot union DataProtos of {len(self)} and {len(other)} rows; both must have the same rows."
+            )
+        parts = [
+            (
+                "batch",
+                dict(self.batch.items()) if self.batch is not None else {},
+                dict(other.batch.items()) if other.batch is not None else {},
+            ),
+            ("non_tensor_batch", self.non_tensor_batch, other.non_tensor_batch),
+            ("meta_info", self.meta_info, other.meta_info),
+        ]
+        for where, mine, theirs in parts:
+            for key in theirs:
+                if key in mine and not _same_value(mine[key], theirs[key]):
+                    raise ValueError(
+                        f"union conflict on {where}['{key}']: both DataProtos hold this key with different values. "
+                        f"Pop or rename it on one side before the union."
+                    )
+        if other.batch is not None:
+            if self.batch is None:
+                self.batch = other.batch
+            else:
+                present = set(self.batch.keys())
+                self.batch.update({k: v for k, v in other.batch.items() if k not in present})
+        for mine, theirs in [(self.non_tensor_batch, other.non_tensor_batch), (self.meta_info, other.meta_info)]:
+            mine.update({k: v for k, v in theirs.items() if k not in mine})
+        return self
+
+    def _has_rows(self) -> bool:
+        """Whether any field fixes the row count (a meta-only DataProto unions with any batch)."""
+        return self.batch is not None or bool(self.non_tensor_batch)
+
+    def keys(self) -> list[str]:
+        """All batch and non-tensor keys (not meta_info), batch keys first."""
+        batch_keys = list(self.batch.keys()) if self.batch is not None else []
+        return batch_keys + list(self.non_tensor_batch)
+
+    # ---- splitting and joining rows ----
+    @staticmethod
+    def concat(data: Sequence[DataProto]) -> DataProto:
+        """Join DataProtos row-wise. All must have the same keys; meta_info is merged, the first part winning."""
+        if not data:
+            raise ValueError("DataProto.concat got an empty list; pass at least one DataProto.")
+        first = data[0]
+        first_batch_keys = set(first.batch.keys()) if first.batch is not None else set()
+        for i, part in enumerate(data[1:], start=1):
+            part_batch_keys = set(part.batch.keys()) if part.batch is not None else set()
+            for where, a, b in [
+                ("batch", first_batch_keys, part_batch_keys),
+                ("non_tensor_batch", set(first.non_tensor_batch), set(part.non_tensor_batch)),
+            ]:
+                if a != b:
+                    raise ValueError(
+                        f"cannot concat: part {i} has different {where} keys than part 0 (only in part 0: "
+                        f"{sorted(a - b)}, only in part {i}: {sorted(b - a)}). Select the same keys on every part."
+                    )
+            if part.batch is not None:
+                for key in first_batch_keys:
+                    if part.batch[key].shape[1:] != first.batch[key].shape[1:]:
+                        raise ValueError(
+                            f"cannot concat: batch['{key}'] has per-row shape {list(part.batch[key].shape[1:])} in "
+                            f"part {i} but {list(first.batch[key].shape[1:])} in part 0. Pad to the same length."
+                        )
+        batches = [part.batch for part in data if part.batch is not None]
+        batch = torch.cat(batches, dim=0) if len(batches) == len(data) else None
+        non_tensors = {
+            key: np.concatenate([part.non_tensor_batch[key] for part in data]) for key in first.non_tensor_batch
+        }
+        meta_info: dict[str, Any] = {}
+        for part in data:
+            meta_info.update({k: v for k, v in part.meta_info.items() if k not in meta_info})
+        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
+
+    def split(self, split_size: int) -> list[DataProto]:
+        """Parts of `split_size` rows each; the last part is shorter when the rows do not divide."""
+        if not isinstance(split_size, int) or split_size < 1:
+            raise ValueError(f"split_size must be a positive int, got {split_size!r}.")
+        return [self[start : start + split_size] for start in range(0, len(self), split_size)]
+
+    def chunk(self, chunks: int) -> list[DataProto]:
+        """`chunks` equal parts. The rows must divide by `chunks`; pad first with `pad_to_divisor(chunks)`."""
+        if not isinstance(chunks, int) or chunks < 1:
+            raise ValueError(f"chunks must be a positive int, got {chunks!r}.")
+        if len(self) % chunks != 0:
+            raise ValueError(
+                f"cannot chunk a DataProto of {len(self)} rows into {chunks} equal parts ({len(self)} % {chunks} = "
+                f"{len(self) % chunks}). Pad it first: padded, pad_size = data.pad_to_divisor({chunks}), and "
+                f"unpad the result with unpad(pad_size)."
+            )
+        size = len(self) // chunks
+        return [self[i * size : (i + 1) * size] for i in range(chunks)]
+
+    def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
+        """Each row `repeat_times` times: interleaved (a, a, b, b) or tiled (a, b, a, b)."""
+        if not isinstance(repeat_times, int) or repeat_times < 1:
+            raise ValueError(f"repeat_times must be a positive int, got {repeat_times!r}.")
+        rows = np.arange(len(self), dtype=np.int64)
+        rows = np.repeat(rows, repeat_times) if interleave else np.tile(rows, repeat_times)
+        return self._take(torch.from_numpy(rows), rows)
+
+    def pad_to_divisor(self, divisor: int) -> tuple[DataProto, int]:
+        """Append copies of the first rows (cycling) until the rows divide by `divisor`; return (padded, pad_size)."""
+        if not isinstance(divisor, int) or divisor < 1:
+            raise ValueError(f"divisor must be a positive int, got {divisor!r}.")
+        pad_size = -len(self) % divisor
+        if pad_size == 0:
+            return self, 0
+        rows = np.arange(pad_size, dtype=np.int64) % len(self)
+        return DataProto.concat([self, self._take(torch.from_numpy(rows), rows)]), pad_size
+
+    def unpad(self, pad_size: int) -> DataProto:
+        """Drop the last `pad_size` rows added by `pad_to_divisor`."""
+        if not 0 <= pad_size <= len(self):
+            raise ValueError(f"pad_size must lie in [0, {len(self)}] (the number of rows), got {pad_size}.")
+        return self if pad_size == 0 else self[: len(self) - pad_size]
+
+    # ---- devices, pickling and printing ----
+    def to(self, device: str | torch.device) -> DataProto:
+        """Move the tensors to `device` (in place, like verl) and return self."""
+        if self.batch is not None:
+            self.batch = self.batch.to(device)
+        return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.batch is not None:
+            state["batch"] = _compact(self.batch)
+        return state
+
+    def __repr__(self) -> str:
+        tensors = []
+        if self.batch is not None:
+            for key, value in self.batch.items():
+                dtype = str(value.dtype).removeprefix("torch.")
+                tensors.append(f"{key}: {dtype}{list(value.shape)}")
+        non_tensors = [f"{key}: {array.dtype}{list(array.shape)}" for key, array in self.non_tensor_batch.items()]
+        return (
+            f"DataProto(len={len(self)}, batch={{{', '.join(tensors)}}}, "
+            f"non_tensor_batch={{{', '.join(non_tensors)}}}, meta_info_keys={list(self.meta_info)})"
+        )
+
+
+def pad_dataproto_to_divisor(data: DataProto, divisor: int) -> tuple[DataProto, int]:
+    """`data.pad_to_divisor(divisor)`: pad with copies of the first rows so len divides by `divisor`."""
+    return data.pad_to_divisor(divisor)
+
+
+def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
+    """`data.unpad(pad_size)`: drop the last `pad_size` rows."""
+    return data.unpad(pad_size)
+
+
+def _resolve(item: Any) -> Any:
+    """A nested DataProtoFuture is resolved with .get(); other values pass through."""
+    return item.get() if isinstance(item, DataProtoFuture) else item
+
+
+def _take_chunk(data: DataProto, chunks: int, index: int, inner: Callable[[DataProto], DataProto] | None) -> DataProto:
+    data = inner(data) if inner is not None else data
+    return data.chunk(chunks)[index]
+
+
+@dataclass
+class DataProtoFuture:
+    """A DataProto not collected yet: `get()` resolves `futures`, joins them with `collect_fn`, then `dispatch_fn`.
+
+    `futures` may hold Ray `ObjectRef`s (resolved with one `ray.get`), nested `DataProtoFuture`s, or plain values.
+    """
+
+    collect_fn: Callable[[list], DataProto]
+    futures: list
+    dispatch_fn: Callable[[DataProto], DataProto] | None = None
+
+    @staticmethod
+    def concat(data: Sequence[Any]) -> DataProtoFuture:
+        """A future that concatenates the results of `data` (ObjectRefs, futures or DataProtos) row-wise."""
+        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
+
+    def chunk(self, chunks: int) -> list[DataProtoFuture]:
+        """`chunks` futures; the i-th resolves this future and takes its i-th equal part."""
+        return [
+            DataProtoFuture(
+                collect_fn=self.collect_fn,
+                futures=self.futures,
+                dispatch_fn=functools.partial(_take_chunk, chunks=chunks, index=i, inner=self.dispatch_fn),
+            )
+            for i in range(chunks)
+        ]
+
+    def get(self) -> DataProto:
+        """Block until every future is ready and return the collected (and dispatched) DataProto."""
+        values = [_resolve(item) for item in self.futures]
+        ray = sys.modules.get("ray")  # an ObjectRef can only exist if Ray was imported by someone
+        if ray is not None:
+            ref_positions = [i for i, value in enumerate(values) if isinstance(value, ray.ObjectRef)]
+            if ref_positions:
+                resolved = ray.get([values[i] for i in ref_positions])
+                for i, value in zip(ref_positions, resolved):
+                    values[i] = value
+        output = self.collect_fn(values)
+        return self.dispatch_fn(output) if self.dispatch_fn is not None else output

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh machine, then lint and run the whole suite.
+# Usage: bash scripts/test.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled PIP_DISABLE_PIP_VERSION_CHECK=1
+# The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
+python -m pip install -q torch==2.13.0
+python -m pip install -q -e ".[ray,dev]"
+ruff check hyflow tests benchmarks
+ruff format --check hyflow tests benchmarks
+rc=0
+python -m pytest "$@" || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: the suite is broken, not green." >&2
+  exit 1
+fi
+exit "$rc"
