@@ -1,0 +1,214 @@
+"""Policy-gradient losses: PPO's clipped surrogate and its relatives, each registered by name.
+
+Shape legend: B = batch, T = response length; `old_log_prob`, `log_prob`, `advantages`, `response_mask` are all
+(B, T). Every loss has the signature
+
+    fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, **kwargs) -> (loss, metrics)
+
+`config` is any object with the actor's attributes (`clip_ratio`, `clip_ratio_low`, `clip_ratio_high`,
+`clip_ratio_c`, and a `policy_loss` sub-object with the loss-specific knobs); `None` clip bounds fall back to
+`clip_ratio`. Keyword arguments: `global_num_tokens`, `global_batch_size`, `loss_scale_factor`, `dp_size` are
+forwarded to `agg_loss`; `rollout_is_weights` (B, T), when given, multiplies the per-token loss (a correction for
+the rollout engine's sampling distribution); anything else (`rollout_log_probs`, `token_level_rewards`, ...) is
+available to custom losses and ignored here. Metrics are detached tensors (no host sync), with verl's names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hyflow.algorithms.aggregation import agg_loss
+from hyflow.algorithms.masked import masked_mean
+from hyflow.algorithms.registry import register_policy_loss
+
+__all__ = [
+    "aggregate_token_losses",
+    "clip_bounds",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_gpg",
+    "compute_policy_loss_gspo",
+    "compute_policy_loss_vanilla",
+    "config_value",
+]
+
+_AGG_KWARGS = ("global_num_tokens", "global_batch_size", "loss_scale_factor", "dp_size")
+
+
+def aggregate_token_losses(
+    loss_mat: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str, kwargs: dict[str, Any]
+) -> torch.Tensor:
+    """Apply the optional rollout importance weights, then `agg_loss` with the forwarded global counts."""
+    weights = kwargs.get("rollout_is_weights")
+    if weights is not None:
+        loss_mat = loss_mat * weights
+    return agg_loss(loss_mat, response_mask, loss_agg_mode, **{k: kwargs[k] for k in _AGG_KWARGS if k in kwargs})
+
+
+def config_value(config: Any, path: str) -> Any:
+    """Read a dotted attribute path from the actor config, with an error naming the missing key."""
+    value = config
+    for part in path.split("."):
+        if value is None or not hasattr(value, part):
+            raise ValueError(
+                f"The policy loss needs actor_rollout_ref.actor.{path}, which the given config does not have. "
+                "Pass the actor config (ActorConfig) or an object with that attribute."
+            )
+        value = getattr(value, part)
+    return value
+
+
+def clip_bounds(config: Any) -> tuple[float, float]:
+    """(ε_low, ε_high): `clip_ratio_low` / `clip_ratio_high`, each falling back to `clip_ratio` when None."""
+    clip_ratio = config_value(config, "clip_ratio")
+    low = getattr(config, "clip_ratio_low", None)
+    high = getattr(config, "clip_ratio_high", None)
+    return (clip_ratio if low is None else low), (clip_ratio if high is None else high)
+
+
+def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
+    """log(π/π_old), clamped to ±20 so exp() cannot overflow."""
+    return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+
+
+def _zero(like: torch.Tensor) -> torch.Tensor:
+    return torch.zeros((), dtype=like.dtype, device=like.device)
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped surrogate (Schulman et al. 2017, arXiv:1707.06347) with clip-higher and dual-clip.
+
+        ρ = exp(log π − log π_old)
+        L_clip = max(−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high))
+        L = min(L_clip, −A·c)  if A < 0   (dual-clip, Ye et al. 2020, arXiv:1912.09729; c = clip_ratio_c > 1)
+        L = L_clip             otherwise
+
+    ε_high > ε_low is DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476). Metrics: `pg_clipfrac` (tokens where
+    the ratio clip is active), `pg_clipfrac_lower` (negative-advantage tokens bounded by the dual clip), `ppo_kl`
+    (mean of log π_old − log π).
+    """
+    eps_low, eps_high = clip_bounds(config)
+    clip_ratio_c = config_value(config, "clip_ratio_c")
+    if not clip_ratio_c > 1.0:
+        raise ValueError(
+            f"actor_rollout_ref.actor.clip_ratio_c={clip_ratio_c}: the dual-clip bound must be greater than 1.0 "
+            "(verl's default is 3.0)."
+        )
+    log_ratio = _log_ratio(log_prob, old_log_prob)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    clip_loss = torch.maximum(unclipped, clipped)
+    dual_bound = -advantages * clip_ratio_c
+    negative = advantages < 0
+    pg_losses = torch.where(negative, torch.minimum(clip_loss, dual_bound), clip_loss)
+    metrics = {
+        "pg_clipfrac": masked_mean((clipped > unclipped).float(), response_mask).detach(),
+        "ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
+        "pg_clipfrac_lower": masked_mean(((clip_loss > dual_bound) & negative).float(), response_mask).detach(),
+    }
+    return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071).
+
+    The importance ratio is the length-normalised *sequence* likelihood ratio, clipped like PPO:
+
+        s_i = exp( (1/|y_i|) Σ_t (log π_it − log π_old,it) )
+        s_it = sg[s_i] · π_it / sg[π_it]      (value s_i, gradient s_i·∇log π_it)
+        L_it = max(−A_it·s_it, −A_it·clip(s_it, 1 − ε_low, 1 + ε_high))
+
+    The paper aggregates with `seq-mean-token-mean` (set `loss_agg_mode` to it). Metrics as for `vanilla`
+    (`pg_clipfrac_lower` is 0: there is no dual clip).
+    """
+    eps_low, eps_high = clip_bounds(config)
+    token_log_ratio = log_prob - old_log_prob
+    seq_log_ratio = masked_mean(token_log_ratio, response_mask, axis=-1)
+    log_seq_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    seq_ratio = torch.exp(torch.clamp(log_seq_ratio, max=10.0))
+    unclipped = -advantages * seq_ratio
+    clipped = -advantages * torch.clamp(seq_ratio, 1 - eps_low, 1 + eps_high)
+    pg_losses = torch.maximum(unclipped, clipped)
+    metrics = {
+        "pg_clipfrac": masked_mean((clipped > unclipped).float(), response_mask).detach(),
+        "ppo_kl": masked_mean(-token_log_ratio, response_mask).detach(),
+        "pg_clipfrac_lower": _zero(pg_losses),
+    }
+    return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GPG (Chu et al. 2025, arXiv:2504.02546): plain policy gradient, no ratio and no clipping.
+
+        L_it = −A_it · log π_it
+
+    Pair it with `adv_estimator=gpg`. Metrics are reported for a uniform log: `ppo_kl` as for `vanilla`,
+    clip fractions 0.
+    """
+    pg_losses = -advantages * log_prob
+    metrics = {
+        "pg_clipfrac": _zero(pg_losses),
+        "ppo_kl": masked_mean(old_log_prob - log_prob, response_mask).detach(),
+        "pg_clipfrac_lower": _zero(pg_losses),
+    }
+    return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CISPO (MiniMax 2025, MiniMax-M1, arXiv:2506.13585): clip the importance weight, not the update.
+
+        r̂_it = clip(ρ_it, 1 − ε_low, 1 + ε_high),    L_it = −sg[r̂_it] · A_it · log π_it
+
+    Every token keeps its gradient (PPO zeroes clipped ones). The bounds are the actor's clip bounds (as in
+    `vanilla`). Metrics: `pg_clipfrac` (tokens whose weight was clipped), `ppo_kl`; `pg_clipfrac_lower` counts
+    the tokens clipped from below.
+    """
+    eps_low, eps_high = clip_bounds(config)
+    log_ratio = _log_ratio(log_prob, old_log_prob)
+    ratio = torch.exp(log_ratio)
+    weight = torch.clamp(ratio, 1 - eps_low, 1 + eps_high).detach()
+    pg_losses = -weight * advantages * log_prob
+    metrics = {
+        "pg_clipfrac": masked_mean((ratio != weight).float(), response_mask).detach(),
+        "ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
+        "pg_clipfrac_lower": masked_mean((ratio < 1 - eps_low).float(), response_mask).detach(),
+    }
+    return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics

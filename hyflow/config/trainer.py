@@ -1,0 +1,59 @@
+"""`trainer.*`: the run itself: backend, devices, logging, validation and checkpoint cadence, resuming.
+
+verl's defaults, except `n_gpus_per_node=1`, `device="auto"` (CUDA when present, else CPU) and
+`logger=["console"]`, so that a run without overrides works on a laptop. `trainer.logger=console` (a string, as
+verl's quickstart writes it) is read as `["console"]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hyflow.config.common import derived
+
+LoggerName = Literal["console", "wandb", "tensorboard", "mlflow", "swanlab", "file"]
+
+
+@dataclass
+class RayInitConfig:
+    """Arguments to `ray.init` (verl's top-level `ray_init`, also accepted under that name)."""
+
+    num_cpus: int | None = None  # None: all of the machine
+    address: str | None = None  # None: start a local cluster, or join the one in RAY_ADDRESS
+
+
+@dataclass
+class TrainerConfig:
+    """Loop length, cadence of validation and checkpoints, the cluster shape, experiment tracking."""
+
+    backend: Literal["ray", "local"] = "ray"  # local: one process, world size 1 (debugging, tests)
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    nnodes: int = 1
+    n_gpus_per_node: int = 1  # processes per node (devices, or CPU processes with device=cpu)
+    total_epochs: int = 30
+    total_training_steps: int | None = None  # None: total_epochs * batches per epoch
+    project_name: str = "hyflow"
+    experiment_name: str = "default"
+    logger: list[LoggerName] = field(default_factory=lambda: ["console"])
+    log_val_generations: int = 0  # how many validation samples to log as text
+    rollout_data_dir: str | None = None  # dump each step's generations as JSONL here
+    validation_data_dir: str | None = None
+    val_before_train: bool = True
+    val_only: bool = False
+    test_freq: int = -1  # validate every N steps; -1: never during training
+    save_freq: int = -1  # checkpoint every N steps; -1: only at the end when default_local_dir is set
+    critic_warmup: int = 0  # steps that train only the critic
+    balance_batch: bool = True  # reorder the batch so every rank gets a similar token count
+    default_local_dir: str | None = derived()  # None: checkpoints/{project_name}/{experiment_name}
+    resume_mode: Literal["auto", "disable", "resume_path"] = "auto"
+    resume_from_path: str | None = None
+    del_local_ckpt_after_load: bool = False
+    max_actor_ckpt_to_keep: int | None = None  # None: keep all
+    max_critic_ckpt_to_keep: int | None = None
+    seed: int = 1
+    ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+
+    def __post_init__(self) -> None:
+        if self.default_local_dir is None:
+            self.default_local_dir = f"checkpoints/{self.project_name}/{self.experiment_name}"

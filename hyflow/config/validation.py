@@ -1,0 +1,321 @@
+"""Cross-field checks and normalisation of a loaded `PPOTrainerConfig`, before any worker starts.
+
+`finalize(config)` fills what verl computes at start-up (inherited keys, per-device micro-batch sizes, the device)
+and returns every broken rule as one message each. The rules, with the reason for each:
+
+- batch sizes: `train_batch_size * rollout.n` samples per step split into whole mini-batches of
+  `ppo_mini_batch_size * rollout.n` and over the data-parallel size `nnodes * n_gpus_per_node`; each device's
+  share of a mini-batch splits into whole micro-batches (unless `use_dynamic_bsz`); the token budget fits one
+  sample.
+- algorithm: group estimators (GRPO, RLOO, ...) compare the `rollout.n` samples of a prompt, so need n > 1; `gae`
+  needs a critic; the estimator and policy loss are registered names; KL as a loss and in the reward at once
+  is allowed with a warning (verl does the same; it is usually a mistake).
+- ranges: counts positive, probabilities in (0, 1], the dual-clip bound above 1, ...
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from hyflow.config.algorithm import GROUP_ADV_ESTIMATORS
+from hyflow.config.convert import fill_inherited, get_by_path
+from hyflow.config.ppo_trainer import PPOTrainerConfig
+
+logger = logging.getLogger(__name__)
+
+_ACTOR = "actor_rollout_ref.actor"
+_ROLLOUT = "actor_rollout_ref.rollout"
+
+
+def finalize(config: PPOTrainerConfig) -> list[str]:
+    """Normalise `config` in place and return the problems found (empty when it can run)."""
+    _normalise(config)
+    fill_inherited(config)
+    problems = _check_ranges(config)
+    if not problems:  # the batch arithmetic below divides by these counts
+        _fill_micro_batch_sizes(config, problems)
+    if not problems:
+        problems += _check_batch_sizes(config)
+    problems += _check_algorithm(config)
+    problems += _check_cluster_and_files(config)
+    _warn_on_doubtful_combinations(config)
+    return problems
+
+
+def data_parallel_size(config: PPOTrainerConfig) -> int:
+    """Number of training processes: one per device on every node."""
+    return config.trainer.nnodes * config.trainer.n_gpus_per_node
+
+
+def _normalise(config: PPOTrainerConfig) -> None:
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name in ("vllm", "sglang"):
+        logger.warning(
+            "config: %s.name=%s: hyflow runs this on its own generation engine (name=hyflow); "
+            "the sampling settings mean the same.",
+            _ROLLOUT,
+            rollout.name,
+        )
+        rollout.name = "hyflow"
+    if config.trainer.device == "auto":
+        import torch
+
+        config.trainer.device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ---------------------------------------------------------------------------------------------- ranges
+
+
+def _positive(problems: list[str], key: str, value: int | float | None, allow_minus_one: bool = False) -> None:
+    if value is None or value > 0 or (allow_minus_one and value == -1):
+        return
+    extra = " (or -1 for the default)" if allow_minus_one else ""
+    problems.append(f"{key}={value!r} must be positive{extra}. Fix: set {key} to a value above 0.")
+
+
+# keys that must be > 0 when set (None means "not set" or "inherit")
+_POSITIVE_KEYS = [
+    *(f"data.{name}" for name in ("train_batch_size", "val_batch_size", "max_prompt_length", "max_response_length")),
+    *(f"{_ACTOR}.{name}" for name in ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+                                      "ppo_epochs", "ppo_max_token_len_per_gpu")),
+    *(f"{_ROLLOUT}.{name}" for name in ("n", "val_kwargs.n", "tensor_model_parallel_size", "log_prob_micro_batch_size",
+                                        "log_prob_micro_batch_size_per_gpu")),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    *(f"critic.{name}" for name in ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+                                    "forward_micro_batch_size", "forward_micro_batch_size_per_gpu", "ppo_epochs")),
+    "reward_model.micro_batch_size",
+    "reward_model.micro_batch_size_per_gpu",
+    *(f"trainer.{name}" for name in ("nnodes", "n_gpus_per_node", "total_epochs", "total_training_steps")),
+]  # fmt: skip
+
+
+def _check_ranges(config: PPOTrainerConfig) -> list[str]:
+    problems: list[str] = []
+    trainer, actor, rollout = config.trainer, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    for key in _POSITIVE_KEYS:
+        _positive(problems, key, get_by_path(config, key))
+    _positive(problems, "trainer.save_freq", trainer.save_freq, allow_minus_one=True)
+    _positive(problems, "trainer.test_freq", trainer.test_freq, allow_minus_one=True)
+    for key, value in [
+        (f"{_ROLLOUT}.top_p", rollout.top_p),
+        (f"{_ROLLOUT}.val_kwargs.top_p", rollout.val_kwargs.top_p),
+        (f"{_ROLLOUT}.gpu_memory_utilization", rollout.gpu_memory_utilization),
+    ]:
+        if not 0.0 < value <= 1.0:
+            problems.append(f"{key}={value!r} must be in (0, 1]. Fix: set {key} to a fraction such as 1.0 or 0.5.")
+    for key, value in [(f"{_ROLLOUT}.temperature", rollout.temperature), (f"{_ACTOR}.clip_ratio", actor.clip_ratio)]:
+        if value < 0:
+            problems.append(f"{key}={value!r} must not be negative. Fix: set {key} to 0 or more.")
+    if actor.clip_ratio_c <= 1.0:
+        problems.append(
+            f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c!r} must be above 1.0: dual-clip bounds the ratio of "
+            f"negative-advantage tokens from above by clip_ratio_c. Fix: set it above 1 (verl's default: 3.0)."
+        )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- batch sizes
+
+
+def _to_per_gpu(problems: list[str], key: str, global_size: int | None, per_gpu: int | None, dp: int) -> int | None:
+    """verl's deprecated global micro-batch size `key` as a per-device size (`key + '_per_gpu'`)."""
+    if global_size is None:
+        return per_gpu
+    if per_gpu is not None:
+        problems.append(
+            f"{key}={global_size} and {key}_per_gpu={per_gpu} are both set; they say the same thing. "
+            f"Fix: keep only {key}_per_gpu (the size on each device)."
+        )
+        return per_gpu
+    if global_size % dp:
+        problems.append(
+            f"{key}={global_size} must be a multiple of the data-parallel size {dp} (nnodes * n_gpus_per_node): "
+            f"it is split evenly over the devices. Fix: set {key}_per_gpu instead (the size on each device)."
+        )
+        return per_gpu
+    return global_size // dp
+
+
+def _fill_micro_batch_sizes(config: PPOTrainerConfig, problems: list[str]) -> None:
+    """Per-device micro-batch sizes: from verl's global sizes, else a fallback (the whole per-device mini-batch
+    for training, the training micro-batch for forward-only passes)."""
+    dp = data_parallel_size(config)
+    actor, rollout, ref = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.actor_rollout_ref.ref
+    critic, reward = config.critic, config.reward_model
+    # (section, its key, the global-size field, fallback), in order: later fallbacks read earlier results
+    plan: list[tuple[object, str, str, Callable[[], int]]] = [
+        (actor, _ACTOR, "ppo_micro_batch_size", lambda: max(actor.ppo_mini_batch_size * rollout.n // dp, 1)),
+        (rollout, _ROLLOUT, "log_prob_micro_batch_size", lambda: actor.ppo_micro_batch_size_per_gpu),
+        (ref, "actor_rollout_ref.ref", "log_prob_micro_batch_size", lambda: rollout.log_prob_micro_batch_size_per_gpu),
+        (critic, "critic", "ppo_micro_batch_size", lambda: max(critic.ppo_mini_batch_size * rollout.n // dp, 1)),
+        (critic, "critic", "forward_micro_batch_size", lambda: critic.ppo_micro_batch_size_per_gpu),
+        (reward, "reward_model", "micro_batch_size", lambda: rollout.log_prob_micro_batch_size_per_gpu),
+    ]
+    for section, section_key, name, fallback in plan:
+        global_size, per_gpu = getattr(section, name), getattr(section, f"{name}_per_gpu")
+        per_gpu = _to_per_gpu(problems, f"{section_key}.{name}", global_size, per_gpu, dp)
+        setattr(section, f"{name}_per_gpu", per_gpu if per_gpu is not None else fallback())
+        setattr(section, name, None)  # converted: the per-device field is now the one to read
+
+
+def _check_batch_sizes(config: PPOTrainerConfig) -> list[str]:
+    problems: list[str] = []
+    dp = data_parallel_size(config)
+    n = config.actor_rollout_ref.rollout.n
+    train = config.data.train_batch_size
+    if (train * n) % dp:
+        problems.append(
+            f"data.train_batch_size * {_ROLLOUT}.n = {train} * {n} = {train * n} samples per step must divide "
+            f"evenly over the data-parallel size {dp} (trainer.nnodes * trainer.n_gpus_per_node). "
+            f"Fix: make data.train_batch_size * rollout.n a multiple of {dp}."
+        )
+    actor, critic = config.actor_rollout_ref.actor, config.critic
+    actor_mini = _check_mini_batch(_ACTOR, actor.ppo_mini_batch_size, train, n, dp)
+    problems += actor_mini
+    if not actor_mini and not actor.use_dynamic_bsz:
+        problems += _check_micro_batch(_ACTOR, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu, n, dp)
+    if config.use_critic:
+        same_mini = critic.ppo_mini_batch_size == actor.ppo_mini_batch_size  # then already checked: report once
+        critic_mini = actor_mini if same_mini else _check_mini_batch("critic", critic.ppo_mini_batch_size, train, n, dp)
+        problems += [] if same_mini else critic_mini
+        if not critic_mini and not critic.use_dynamic_bsz:
+            micro = critic.ppo_micro_batch_size_per_gpu
+            problems += _check_micro_batch("critic", critic.ppo_mini_batch_size, micro, n, dp)
+    return problems + _check_token_budgets(config)
+
+
+def _check_token_budgets(config: PPOTrainerConfig) -> list[str]:
+    """With use_dynamic_bsz, micro-batches are cut by tokens: the budget must hold one whole sample."""
+    actor, critic = config.actor_rollout_ref.actor, config.critic
+    sample_len = config.data.max_prompt_length + config.data.max_response_length
+    problems = []
+    for key, budget, dynamic in [
+        (f"{_ACTOR}.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu, actor.use_dynamic_bsz),
+        ("critic.ppo_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu, critic.use_dynamic_bsz),
+    ]:
+        if dynamic and budget < sample_len:
+            problems.append(
+                f"{key}={budget} is smaller than one sample (data.max_prompt_length + data.max_response_length = "
+                f"{sample_len} tokens), so use_dynamic_bsz cannot fit it. Fix: set {key} to at least {sample_len}."
+            )
+    return problems
+
+
+def _check_mini_batch(section: str, mini: int, train: int, n: int, dp: int) -> list[str]:
+    """A section's mini-batch divides the step's batch and splits evenly over the devices."""
+    key = f"{section}.ppo_mini_batch_size"
+    if mini > train:
+        return [f"{key}={mini} is larger than data.train_batch_size={train}. Fix: set {key} to at most {train}."]
+    problems = []
+    if train % mini:
+        problems.append(
+            f"data.train_batch_size * rollout.n = {train * n} must split into whole mini-batches of {key} * "
+            f"rollout.n = {mini * n}, i.e. data.train_batch_size={train} must be a multiple of {key}={mini}. "
+            f"Fix: pick a {key} that divides {train}."
+        )
+    if (mini * n) % dp:
+        problems.append(
+            f"{key} * rollout.n = {mini} * {n} = {mini * n} samples must split evenly over the data-parallel "
+            f"size {dp} (trainer.nnodes * trainer.n_gpus_per_node). Fix: make {key} * rollout.n a multiple of {dp}."
+        )
+    return problems
+
+
+def _check_micro_batch(section: str, mini: int, micro: int, n: int, dp: int) -> list[str]:
+    """A section's per-device micro-batch divides its per-device share of a mini-batch."""
+    per_device = mini * n // dp
+    key, micro_key = f"{section}.ppo_mini_batch_size", f"{section}.ppo_micro_batch_size_per_gpu"
+    if micro <= per_device and per_device % micro == 0:
+        return []
+    return [
+        f"{micro_key}={micro} must divide each device's share of a mini-batch, {key} * rollout.n / "
+        f"data-parallel size = {mini} * {n} / {dp} = {per_device} samples (mini-batch >= micro-batch). "
+        f"Fix: set {micro_key} to a divisor of {per_device}, or use_dynamic_bsz=True."
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- algorithm
+
+
+def _check_algorithm(config: PPOTrainerConfig) -> list[str]:
+    from hyflow.algorithms import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
+
+    problems: list[str] = []
+    algorithm, rollout = config.algorithm, config.actor_rollout_ref.rollout
+    estimator, loss_mode = algorithm.adv_estimator, config.actor_rollout_ref.actor.policy_loss.loss_mode
+    if estimator not in ADV_ESTIMATOR_REGISTRY:
+        problems.append(
+            f"algorithm.adv_estimator={estimator!r} is not a registered advantage estimator. Allowed values: "
+            f"{', '.join(ADV_ESTIMATOR_REGISTRY.names())}. Fix: pick one, or register yours with "
+            f"@register_adv_est({estimator!r}) in code that runs before the config is loaded."
+        )
+    if loss_mode not in POLICY_LOSS_REGISTRY:
+        problems.append(
+            f"{_ACTOR}.policy_loss.loss_mode={loss_mode!r} is not a registered policy loss. Allowed values: "
+            f"{', '.join(POLICY_LOSS_REGISTRY.names())}. Fix: pick one, or register yours with "
+            f"@register_policy_loss({loss_mode!r}) in code that runs before the config is loaded."
+        )
+    if estimator in GROUP_ADV_ESTIMATORS and rollout.n < 2:
+        problems.append(
+            f"algorithm.adv_estimator={estimator!r} compares the samples of each prompt with each other, so it "
+            f"needs {_ROLLOUT}.n > 1, but {_ROLLOUT}.n={rollout.n}. Fix: set {_ROLLOUT}.n to 2 or more "
+            f"(e.g. 5), or use adv_estimator=gae with a critic."
+        )
+    if estimator == "gae" and not config.use_critic:
+        problems.append(
+            f"algorithm.adv_estimator='gae' needs a critic (value model), but critic.enable={config.critic.enable}. "
+            f"Fix: set critic.enable=True (or leave it unset), or pick a critic-free estimator such as grpo."
+        )
+    if algorithm.filter_groups.enable and not algorithm.filter_groups.metric:
+        problems.append(
+            "algorithm.filter_groups.enable=True needs algorithm.filter_groups.metric (the per-sample value "
+            "whose spread decides whether a group is kept), but it is None. Fix: set it, e.g. to 'acc' or 'score'."
+        )
+    return problems
+
+
+def _check_cluster_and_files(config: PPOTrainerConfig) -> list[str]:
+    problems: list[str] = []
+    trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
+    dp = data_parallel_size(config)
+    if trainer.backend == "local" and dp != 1:
+        problems.append(
+            f"trainer.backend='local' runs one process, but trainer.nnodes * trainer.n_gpus_per_node = {dp}. "
+            "Fix: set trainer.nnodes=1 trainer.n_gpus_per_node=1, or trainer.backend=ray."
+        )
+    if dp % rollout.tensor_model_parallel_size:
+        problems.append(
+            f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide the number of "
+            f"devices {dp} (trainer.nnodes * trainer.n_gpus_per_node). Fix: pick a divisor of {dp} (e.g. 1)."
+        )
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        problems.append(
+            "trainer.resume_mode='resume_path' needs trainer.resume_from_path, but it is None. "
+            "Fix: set trainer.resume_from_path to a checkpoint folder (global_step_N), or resume_mode=auto."
+        )
+    if config.reward_model.enable and not config.reward_model.model.path:
+        problems.append(
+            "reward_model.enable=True needs reward_model.model.path (a sequence-classification checkpoint), "
+            "but it is None. Fix: set reward_model.model.path, or reward_model.enable=False."
+        )
+    for key, path in [
+        ("custom_reward_function.path", config.custom_reward_function.path),
+        (f"{_ROLLOUT}.multi_turn.tool_config_path", rollout.multi_turn.tool_config_path),
+        (f"{_ROLLOUT}.multi_turn.interaction_config_path", rollout.multi_turn.interaction_config_path),
+        (f"{_ROLLOUT}.agent.agent_loop_config_path", rollout.agent.agent_loop_config_path),
+    ]:
+        if path and not os.path.isfile(os.path.expanduser(path)):
+            problems.append(f"{key}={path!r} is not a file. Fix: point {key} at an existing local file.")
+    return problems
+
+
+def _warn_on_doubtful_combinations(config: PPOTrainerConfig) -> None:
+    if config.actor_rollout_ref.actor.use_kl_loss and config.algorithm.use_kl_in_reward:
+        logger.warning(
+            "config: %s.use_kl_loss=True and algorithm.use_kl_in_reward=True both penalise KL to the reference "
+            "policy, so it is counted twice. Usually you want one: use_kl_loss for GRPO, use_kl_in_reward for PPO.",
+            _ACTOR,
+        )

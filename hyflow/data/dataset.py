@@ -1,0 +1,194 @@
+"""`RLHFDataset`: RL prompts from parquet files in the verl schema, chat-templated and left-padded.
+
+    dataset = RLHFDataset(config.data.train_files, tokenizer, config.data, max_samples=config.data.train_max_samples)
+    loader = build_dataloader(dataset, config.data, train=True)      # hyflow.data.sampler: resumable
+    batch = next(iter(loader))            # dict -> DataProto.from_single_dict(batch)
+
+Everything is checked and tokenized when the dataset is built, so a malformed row or an over-long prompt (with
+`truncation="error"`) stops the run before any compute is spent. Over-long prompts are dropped when
+`filter_overlong_prompts` is set (the count is logged), otherwise truncated left, right or in the middle.
+
+Shapes of one item: input_ids, attention_mask, position_ids are (P,) with P = `max_prompt_length`, left-padded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from hyflow import fields as F
+from hyflow.config.data import DataConfig
+from hyflow.data.schema import check_row, row_tools
+
+logger = logging.getLogger(__name__)
+
+_TRUNCATION_MODES = ("error", "left", "right", "middle")
+
+
+def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """All rows of one data file (parquet, or JSON lines) as plain Python dicts and lists."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"data file {path!r} does not exist; check data.train_files / data.val_files.")
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+    elif path.endswith(".jsonl"):
+        import json
+
+        with open(path, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    else:
+        raise ValueError(f"data file {path!r}: use a .parquet (or .jsonl) file in the verl schema.")
+    if not rows:
+        raise ValueError(f"data file {path!r} is empty; it needs at least one row.")
+    return rows
+
+
+def truncate_ids(ids: list[int], max_length: int, mode: str) -> list[int]:
+    """Cut `ids` to `max_length`: keep the end (`left`), the start (`right`) or both ends (`middle`)."""
+    if len(ids) <= max_length:
+        return ids
+    if mode == "left":
+        return ids[-max_length:]
+    if mode == "right":
+        return ids[:max_length]
+    if mode == "middle":
+        head = max_length // 2
+        return ids[:head] + ids[len(ids) - (max_length - head) :]
+    raise ValueError(f"data.truncation={mode!r} is not a truncation mode; use one of {list(_TRUNCATION_MODES)}.")
+
+
+def left_pad(ids: list[int], length: int, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, position_ids), each (length,), with `ids` right-aligned after padding."""
+    num_pad = length - len(ids)
+    input_ids = torch.tensor([pad_token_id] * num_pad + ids, dtype=torch.long)
+    attention_mask = torch.tensor([0] * num_pad + [1] * len(ids), dtype=torch.long)
+    position_ids = torch.clamp(torch.cumsum(attention_mask, dim=0) - 1, min=0)
+    return input_ids, attention_mask, position_ids
+
+
+def _drop_none(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """Top-level entries that are not None: parquet gives every row the union of all rows' struct keys, filling
+    the ones a row lacks (e.g. a tool it does not use) with None."""
+    return {key: value for key, value in (kwargs or {}).items() if value is not None}
+
+
+class RLHFDataset(Dataset):
+    """Prompts of one or more files, validated, chat-templated and tokenized up front.
+
+    `data_files`: a path or a list of paths. `max_samples` > 0 keeps only the first that many rows (after
+    filtering). `processor` (multimodal inputs) is not supported yet and must be None.
+    """
+
+    def __init__(
+        self,
+        data_files: str | Sequence[str],
+        tokenizer: Any,
+        config: DataConfig,
+        processor: Any = None,
+        max_samples: int = -1,
+    ) -> None:
+        if processor is not None:
+            raise ValueError("RLHFDataset: multimodal processors are not supported; pass processor=None.")
+        if config.truncation not in _TRUNCATION_MODES:
+            raise ValueError(
+                f"data.truncation={config.truncation!r} is not allowed; use one of {list(_TRUNCATION_MODES)}."
+            )
+        if tokenizer.pad_token_id is None:
+            raise ValueError("RLHFDataset: the tokenizer has no pad token; set tokenizer.pad_token before training.")
+        self.tokenizer = tokenizer
+        self.config = config
+        self.data_files = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
+        if not self.data_files:
+            raise ValueError("RLHFDataset: no data files given; set data.train_files / data.val_files.")
+        self.rows: list[dict[str, Any]] = []
+        self.prompt_ids: list[list[int]] = []
+        for path in self.data_files:
+            self._load_file(os.fspath(path))
+        if max_samples is not None and 0 < max_samples < len(self.rows):
+            self.rows, self.prompt_ids = self.rows[:max_samples], self.prompt_ids[:max_samples]
+        if not self.rows:
+            raise ValueError(
+                f"RLHFDataset: no rows left from {self.data_files} (all prompts were longer than "
+                f"data.max_prompt_length={config.max_prompt_length}); raise it, or set "
+                "data.filter_overlong_prompts=False and pick a data.truncation mode."
+            )
+        logger.info("RLHFDataset: %d prompts from %d file(s)", len(self.rows), len(self.data_files))
+
+    def _load_file(self, path: str) -> None:
+        config = self.config
+        rows = read_rows(path)
+        for index, row in enumerate(rows):
+            check_row(row, f"data file {path!r}", index, config.prompt_key, config.reward_fn_key)
+        ids = [self._tokenize_prompt(row, path, index) for index, row in enumerate(rows)]
+        limit = config.max_prompt_length
+        if config.filter_overlong_prompts:
+            kept = [i for i, prompt in enumerate(ids) if len(prompt) <= limit]
+            if len(kept) < len(rows):
+                logger.warning(
+                    "%s: dropped %d of %d prompts longer than data.max_prompt_length=%d",
+                    path,
+                    len(rows) - len(kept),
+                    len(rows),
+                    limit,
+                )
+            rows, ids = [rows[i] for i in kept], [ids[i] for i in kept]
+        elif config.truncation == "error":
+            for index, prompt in enumerate(ids):
+                if len(prompt) > limit:
+                    raise ValueError(
+                        f"data file {path!r}, row {index}, column {config.prompt_key!r}: the prompt has {len(prompt)} "
+                        f"tokens, more than data.max_prompt_length={limit}. Raise max_prompt_length, set "
+                        "data.filter_overlong_prompts=True, or data.truncation to 'left', 'right' or 'middle'."
+                    )
+        else:
+            ids = [truncate_ids(prompt, limit, config.truncation) for prompt in ids]
+        self.rows.extend(rows)
+        self.prompt_ids.extend(ids)
+
+    def render_prompt(self, row: dict[str, Any], source: str = "row", index: int = 0) -> str:
+        """The row's chat messages through the tokenizer's chat template, ending with the generation prompt."""
+        kwargs = {"add_generation_prompt": True, **self.config.apply_chat_template_kwargs, "tokenize": False}
+        tools = row_tools(row, source, index)
+        if tools is not None:
+            kwargs["tools"] = tools
+        return self.tokenizer.apply_chat_template(row[self.config.prompt_key], **kwargs)
+
+    def _tokenize_prompt(self, row: dict[str, Any], path: str, index: int) -> list[int]:
+        text = self.render_prompt(row, f"data file {path!r}", index)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        row, ids = self.rows[item], self.prompt_ids[item]
+        input_ids, attention_mask, position_ids = left_pad(
+            ids, self.config.max_prompt_length, self.tokenizer.pad_token_id
+        )
+        extra_info = row.get(F.EXTRA_INFO) or {}
+        row_index = extra_info.get("index")
+        sample = {
+            F.INPUT_IDS: input_ids,
+            F.ATTENTION_MASK: attention_mask,
+            F.POSITION_IDS: position_ids,
+            F.RAW_PROMPT_IDS: ids,
+            F.DATA_SOURCE: row[self.config.reward_fn_key],
+            F.ABILITY: row.get(F.ABILITY) or "",
+            F.REWARD_MODEL: row[F.REWARD_MODEL],
+            F.EXTRA_INFO: extra_info,
+            F.AGENT_NAME: row.get(F.AGENT_NAME) or None,  # None: rollout.agent.default_agent_loop
+            F.INDEX: row_index if row_index is not None else item,
+            F.TOOLS_KWARGS: _drop_none(extra_info.get("tools_kwargs")),
+            F.INTERACTION_KWARGS: _drop_none(extra_info.get("interaction_kwargs")),
+        }
+        if self.config.return_raw_chat:
+            sample[F.RAW_PROMPT] = row[self.config.prompt_key]
+        return sample

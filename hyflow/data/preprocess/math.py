@@ -1,0 +1,54 @@
+"""MATH (Hendrycks et al.) from its original files (`problem`, `solution` with a final `\\boxed{}`) to schema rows.
+
+The original release is one JSON file per problem under `train/<subject>/` and `test/<subject>/`; JSON-lines or
+parquet copies with the same fields work too.
+
+    hyflow prepare-data math --input path/to/MATH --output data/math
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from hyflow.data.preprocess.common import load_raw_splits, make_row, require_field
+from hyflow.reward.scorers.math import last_boxed_only_string
+
+logger = logging.getLogger(__name__)
+
+DATA_SOURCE = "lighteval/MATH"
+INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+def to_row(record: dict[str, Any], split: str, index: int, source: str = "math") -> dict[str, Any] | None:
+    """One raw MATH record as a schema row, or None when its solution has no boxed answer."""
+    problem = require_field(record, "problem", source, index)
+    solution = require_field(record, "solution", source, index)
+    answer = last_boxed_only_string(solution)
+    if answer is None:
+        return None
+    extra = {key: record[key] for key in ("level", "type") if key in record}
+    return make_row(
+        DATA_SOURCE,
+        f"{problem} {INSTRUCTION}",
+        "math",
+        answer,
+        split,
+        index,
+        problem=problem,
+        solution=solution,
+        **extra,
+    )
+
+
+def make_splits(input_path: str | os.PathLike, seed: int = 0, test_fraction: float = 0.1) -> dict[str, list[dict]]:
+    """Rows of each split; problems whose solution has no `\\boxed{}` answer are skipped (and counted)."""
+    raw = load_raw_splits(input_path, test_fraction, seed)
+    splits: dict[str, list[dict]] = {}
+    for split, records in raw.items():
+        rows = [to_row(r, split, i, f"{input_path} ({split})") for i, r in enumerate(records)]
+        splits[split] = [row for row in rows if row is not None]
+        if len(splits[split]) < len(rows):
+            logger.warning("math %s: skipped %d problems without a boxed answer", split, len(rows) - len(splits[split]))
+    return splits

@@ -1,0 +1,61 @@
+"""load_reward_manager / compute_reward: from the config to token_level_scores."""
+
+import textwrap
+
+import pytest
+
+from hyflow.config import PPOTrainerConfig
+from hyflow.config.reward import RewardFunctionConfig
+from hyflow.reward import compute_reward, load_reward_manager
+from hyflow.reward.managers.batch import BatchRewardManager
+from hyflow.reward.managers.dapo import DAPORewardManager
+
+
+def test_the_default_config_scores_with_the_built_in_scorers(make_batch, tokenizer):
+    manager = load_reward_manager(PPOTrainerConfig(), tokenizer)
+    scores, extra = compute_reward(make_batch(["<answer>3</answer>"], ["3"], ["arith"]), manager)
+    assert scores.sum().item() == 1.0 and extra["acc"] == [1.0]
+
+
+def test_a_custom_function_from_the_config_is_used_by_the_batch_manager(make_batch, tokenizer, tmp_path):
+    path = tmp_path / "r.py"
+    path.write_text(
+        textwrap.dedent("""
+        def score(data_sources, solution_strs, ground_truths, extra_infos, scale=1.0):
+            return [scale * len(s) for s in solution_strs]
+    """)
+    )
+    config = PPOTrainerConfig()
+    config.reward_model.reward_manager = "batch"
+    config.custom_reward_function.path, config.custom_reward_function.name = str(path), "score"
+    config.custom_reward_function.reward_kwargs = {"scale": 2.0}
+    manager = load_reward_manager(config, tokenizer)
+    assert isinstance(manager, BatchRewardManager)
+    scores, _ = compute_reward(make_batch(["abc"], ["x"], ["t"]), manager)
+    assert scores.sum().item() == 6.0
+
+
+def test_weighted_reward_functions_work_with_the_batch_manager(make_batch, tokenizer):
+    config = PPOTrainerConfig()
+    config.reward_model.reward_manager = "batch"
+    config.reward_model.reward_functions = [RewardFunctionConfig("format", weight=0.3)]
+    manager = load_reward_manager(config, tokenizer)
+    scores, extra = compute_reward(make_batch(["<answer>9</answer>"], ["3"], ["arith"]), manager)
+    assert scores.sum().item() == pytest.approx(0.3) and extra["format"] == [1.0]
+
+
+def test_dapo_settings_come_from_the_config(tokenizer):
+    config = PPOTrainerConfig()
+    config.reward_model.reward_manager = "dapo"
+    config.reward_model.overlong_buffer.enable, config.reward_model.overlong_buffer.len = True, 64
+    manager = load_reward_manager(config, tokenizer)
+    assert isinstance(manager, DAPORewardManager)
+    assert manager.max_response_length == config.data.max_response_length and manager.overlong_buffer_len == 64
+
+
+def test_reward_functions_and_a_custom_function_together_are_refused(tokenizer, tmp_path):
+    config = PPOTrainerConfig()
+    config.reward_model.reward_functions = [RewardFunctionConfig("format")]
+    config.custom_reward_function.path = str(tmp_path / "r.py")
+    with pytest.raises(ValueError, match="use one"):
+        load_reward_manager(config, tokenizer)
