@@ -139,7 +139,10 @@ def process_validation_metrics(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     for (source, _), rows in groups.items():
+        # A variable a prompt's scorer did not report (NaN for every sample, e.g. `acc` of a GSM8K row in a batch
+        # mixed with arith rows) is left out for that prompt, so it neither poisons the mean nor becomes headline.
         var_values = {name: [float(infos[name][i]) for i in rows] for name in numeric}
+        var_values = {name: values for name, values in var_values.items() if not np.isnan(values).all()}
         predictions = [infos["pred"][i] for i in rows] if "pred" in infos else None
         for var_name, metrics in _prompt_metrics(var_values, predictions, seed, n_bootstrap).items():
             for metric_name, value in metrics.items():

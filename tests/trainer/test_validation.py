@@ -104,3 +104,16 @@ def test_logged_generations_are_the_same_whatever_order_they_arrive_in():
     assert first == second
     assert len(first) == 2
     assert all(inp.replace("q", "o") == out for inp, out, _ in first)
+
+
+def test_a_variable_one_data_source_does_not_report_is_left_out_of_that_sources_metrics():
+    nan = float("nan")
+    metrics = process_validation_metrics(
+        data_sources=["gsm8k", "gsm8k", "arith", "arith"],
+        uids=["a", "a", "b", "b"],
+        infos={"reward": [1.0, 0.0, 1.0, 1.0], "acc": [nan, nan, 1.0, 0.0]},
+        n_bootstrap=10,
+    )
+    assert metrics["val-core/gsm8k/reward/mean@2"] == 0.5
+    assert not any(key.startswith(("val-core/gsm8k/acc", "val-aux/gsm8k/acc")) for key in metrics)
+    assert metrics["val-core/arith/acc/mean@2"] == 0.5
