@@ -1,0 +1,183 @@
+"""`RayWorkerGroup`: one Ray actor per bundle of a `RayResourcePool`, behind the `WorkerGroup` API.
+
+    init_ray()
+    pool = RayResourcePool([4], use_gpu=False)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(MyWorker, config=cfg))
+    wg.my_method(data)                              # dispatch → MyWorker.my_method on 4 actors → collect
+
+Rank r's actor is named `<name_prefix>_rank<r>` and starts with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT in its environment (rank 0 is created first and picks the rendezvous address). A new
+group can attach to running actors by name: `RayWorkerGroup.from_detached(name_prefix=..., ray_cls_with_init=...)`.
+
+Failures are turned into the errors of errors.py: a worker that raises → `WorkerError` with the rank, the method
+and the worker's traceback; a worker whose process dies → `WorkerDiedError` naming the rank and its node, as soon
+as Ray notices (the other ranks are not waited for); a call past its timeout → `WorkerTimeoutError`.
+
+This module imports Ray; `hyflow.controller` loads it only when a Ray name is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from hyflow.controller.errors import WorkerDiedError, WorkerError, WorkerTimeoutError
+from hyflow.controller.ray_pool import Bundle, RayResourcePool
+from hyflow.controller.worker_group import ClassWithInitArgs, WorkerGroup
+
+__all__ = ["RayWorkerGroup"]
+
+logger = logging.getLogger(__name__)
+
+RANK_TAG = "_rank"
+ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the first line of remote tracebacks
+
+
+def _rank_env(bundles: list[Bundle], rank: int, master: tuple[str, int] | None) -> dict[str, str]:
+    """The distributed env vars of rank `rank`; LOCAL_* count the ranks on the same node."""
+    same_node = [r for r, b in enumerate(bundles) if b.node_id == bundles[rank].node_id]
+    addr, port = master if master is not None else ("", 0)  # empty: rank 0 picks its own address
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(len(bundles)),
+        "LOCAL_RANK": str(same_node.index(rank)),
+        "LOCAL_WORLD_SIZE": str(len(same_node)),
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": str(port) if port else "",
+    }
+
+
+class RayWorkerGroup(WorkerGroup):
+    """Ray actors of one worker class (or a colocated class), one per bundle of a resource pool."""
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: ClassWithInitArgs | None = None,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Create the actors on `resource_pool`, or attach to the running actors named in `worker_names`."""
+        if ray_cls_with_init is None:
+            raise ValueError("RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(WorkerClass, *args, ...).")
+        if not isinstance(ray_cls_with_init, ClassWithInitArgs):
+            ray_cls_with_init = ClassWithInitArgs(ray_cls_with_init)
+        super().__init__(ray_cls_with_init.cls, timeout_s=timeout_s)
+        if not ray.is_initialized():
+            raise RuntimeError("Ray is not initialised; call hyflow.controller.init_ray() before building a group.")
+        self.name_prefix = name_prefix or f"{ray_cls_with_init.cls.__name__}_{uuid.uuid4().hex[:8]}"
+        if worker_names is not None:
+            self.worker_names = list(worker_names)
+            self.workers = [ray.get_actor(name) for name in self.worker_names]
+            self._nodes = ["unknown"] * len(self.workers)
+        elif resource_pool is not None:
+            self.workers = self._create_workers(resource_pool, ray_cls_with_init, detached)
+        else:
+            raise ValueError("RayWorkerGroup needs a resource_pool to create workers, or worker_names to attach to.")
+        infos = self._wait([w.get_node_info.remote() for w in self.workers], "__init__", self.timeout_s)
+        self._nodes = [f"{info['ip']} ({info['hostname']})" for info in infos]
+        self.worker_pids = [int(info["pid"]) for info in infos]
+        self._bind_worker_methods(ray_cls_with_init.cls)
+
+    @classmethod
+    def from_detached(
+        cls,
+        name_prefix: str,
+        ray_cls_with_init: ClassWithInitArgs,
+        worker_names: list[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> RayWorkerGroup:
+        """A group over running actors: those named `worker_names`, or all named `<name_prefix>_rank<r>`."""
+        if worker_names is None:
+            prefix = f"{name_prefix}{RANK_TAG}"
+            found = [name for name in ray.util.list_named_actors() if name.startswith(prefix)]
+            if not found:
+                raise ValueError(
+                    f"no running actors are named {prefix}<r> in this Ray namespace. Check name_prefix, and that the "
+                    "group was created with detached=True in the same namespace (init_ray(namespace=...))."
+                )
+            worker_names = sorted(found, key=lambda name: int(name.removeprefix(prefix)))
+        return cls(
+            ray_cls_with_init=ray_cls_with_init, name_prefix=name_prefix, worker_names=worker_names, timeout_s=timeout_s
+        )
+
+    def _create_workers(self, pool: RayResourcePool, cls_with_init: ClassWithInitArgs, detached: bool) -> list:
+        bundles = pool.bundles()
+        self._nodes = [b.node_ip for b in bundles]
+        self.worker_names = [f"{self.name_prefix}{RANK_TAG}{rank}" for rank in range(len(bundles))]
+        remote_cls = ray.remote(cls_with_init.cls)
+        user_options = dict(cls_with_init.options)
+        user_env = dict(user_options.pop("runtime_env", None) or {})
+        workers: list = []
+        master = None
+        for rank, bundle in enumerate(bundles):
+            runtime_env = {**user_env, "env_vars": {**user_env.get("env_vars", {}), **_rank_env(bundles, rank, master)}}
+            options = {
+                **pool.actor_options(),
+                **user_options,
+                "name": self.worker_names[rank],
+                "runtime_env": runtime_env,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    bundle.placement_group, placement_group_bundle_index=bundle.index
+                ),
+            }
+            if detached:
+                options["lifetime"] = "detached"
+            workers.append(remote_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs))
+            if rank == 0:
+                master = tuple(self._wait([workers[0].get_master_addr_port.remote()], "__init__", self.timeout_s)[0])
+        logger.info("started %d %s workers (%s)", len(workers), cls_with_init.cls.__name__, self.name_prefix)
+        return workers
+
+    @property
+    def world_size(self) -> int:
+        return len(self.workers)
+
+    def _submit(self, rank: int, method_name: str, args: tuple, kwargs: dict) -> ray.ObjectRef:
+        return getattr(self.workers[rank], method_name).remote(*args, **kwargs)
+
+    def _wait(self, handles: list, method_name: str, timeout_s: float | None) -> list:
+        """Results in rank order; the first rank to fail (not the lowest) raises, so a dead rank never hangs us."""
+        rank_of = {ref: rank for rank, ref in enumerate(handles)}
+        results: list[Any] = [None] * len(handles)
+        pending = list(handles)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=remaining)
+            if not ready:
+                raise WorkerTimeoutError(rank=rank_of[pending[0]], method=method_name, timeout_s=timeout_s)
+            for ref in ready:
+                results[rank_of[ref]] = self._get_one(ref, rank_of[ref], method_name)
+        return results
+
+    def _get_one(self, ref: ray.ObjectRef, rank: int, method_name: str) -> Any:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as error:
+            cause = getattr(error, "cause", None)
+            raise WorkerError(
+                rank=rank,
+                method=method_name,
+                remote_traceback=ANSI_COLOR.sub("", getattr(error, "traceback_str", str(error))),
+                cause_type=type(cause).__name__ if cause is not None else "",
+            ) from None
+        except ray.exceptions.RayActorError as error:
+            if getattr(error, "actor_init_failed", False):  # the worker's __init__ raised: report it as such
+                raise WorkerError(
+                    rank=rank, method="__init__", remote_traceback=ANSI_COLOR.sub("", getattr(error, "error_msg", ""))
+                ) from None
+            raise WorkerDiedError(rank=rank, method=method_name, node=self._nodes[rank], detail=str(error)) from None
+
+    def kill(self) -> None:
+        """End every worker process of this group (detached ones included)."""
+        for worker in self.workers:
+            ray.kill(worker)

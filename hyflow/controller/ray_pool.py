@@ -1,0 +1,160 @@
+"""Ray start-up and resource pools: where a worker group's processes go.
+
+    init_ray(config.trainer.ray_init)                  # local cluster, or join RAY_ADDRESS / ray_init.address
+    pool = RayResourcePool([4, 4], use_gpu=True)        # two nodes, four workers each
+    pool = RayResourcePool([4], use_gpu=False)          # four CPU workers (tests, the CPU demo)
+
+A pool makes one placement group per entry of `process_on_nodes` (STRICT_PACK: all of its bundles on one node)
+with one bundle per worker, and orders the placement groups by node IP, so that ranks are laid out node by node.
+A GPU bundle holds one GPU and `max_colocate_count` CPUs; up to `max_colocate_count` worker groups may share a
+bundle (each actor takes a 1/max_colocate_count share). A CPU bundle holds `num_cpus_per_worker` logical CPUs (0.1
+by default, so that a few workers fit on a 2-core laptop); on a multi-node CPU cluster raise it so that each
+placement group fills a node, since Ray places placement groups by free resources, not by node.
+
+This module imports Ray; `hyflow.controller` loads it only when a Ray name is used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
+
+from hyflow.config.trainer import RayInitConfig
+
+__all__ = ["Bundle", "RayResourcePool", "init_ray"]
+
+logger = logging.getLogger(__name__)
+
+
+def init_ray(
+    config: RayInitConfig | None = None, *, namespace: str | None = None, runtime_env: dict | None = None
+) -> None:
+    """Start Ray quietly, or join an existing cluster when `config.address` or `RAY_ADDRESS` is set.
+
+    A local cluster gets an explicit `num_cpus` (the machine's core count unless `config.num_cpus` says otherwise),
+    no dashboard and no usage statistics. Does nothing when Ray is already initialised.
+    """
+    if ray.is_initialized():
+        logger.info("Ray is already initialised; using that session.")
+        return
+    config = config or RayInitConfig()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = config.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        logger.info("joining the Ray cluster at %s", address)
+        ray.init(address=address, namespace=namespace, runtime_env=runtime_env)
+        return
+    num_cpus = config.num_cpus or os.cpu_count() or 1
+    logger.info("starting a local Ray cluster with %d CPUs", num_cpus)
+    ray.init(num_cpus=num_cpus, include_dashboard=False, namespace=namespace, runtime_env=runtime_env)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One worker's slot: a bundle of a placement group, and the node it landed on."""
+
+    placement_group: PlacementGroup
+    index: int
+    node_id: str
+    node_ip: str
+
+
+class RayResourcePool:
+    """Placement groups for `sum(process_on_nodes)` workers, `process_on_nodes[i]` of them on one node each."""
+
+    def __init__(
+        self,
+        process_on_nodes: list[int] | None = None,
+        use_gpu: bool = True,
+        max_colocate_count: int = 1,
+        num_cpus_per_worker: float = 0.1,
+        name_prefix: str = "",
+        detached: bool = False,
+        ready_timeout_s: float = 300.0,
+    ) -> None:
+        process_on_nodes = [1] if process_on_nodes is None else list(process_on_nodes)
+        if not process_on_nodes or any(not isinstance(n, int) or n < 1 for n in process_on_nodes):
+            raise ValueError(
+                f"process_on_nodes={process_on_nodes}: give a list with one positive worker count per node, e.g. "
+                "[8] for one node of 8 devices or [8, 8] for two."
+            )
+        if max_colocate_count < 1:
+            raise ValueError(f"max_colocate_count={max_colocate_count}: it must be at least 1.")
+        if num_cpus_per_worker <= 0:
+            raise ValueError(f"num_cpus_per_worker={num_cpus_per_worker}: it must be positive, e.g. 0.1 or 1.")
+        self.process_on_nodes = process_on_nodes
+        self.use_gpu = use_gpu
+        self.max_colocate_count = max_colocate_count
+        self.num_cpus_per_worker = num_cpus_per_worker
+        self.name_prefix = name_prefix
+        self.detached = detached
+        self.ready_timeout_s = ready_timeout_s
+        self._bundles: list[Bundle] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.process_on_nodes)
+
+    def bundle_resources(self) -> dict[str, float]:
+        """What one bundle reserves."""
+        if self.use_gpu:
+            return {"CPU": float(self.max_colocate_count), "GPU": 1.0}
+        return {"CPU": self.num_cpus_per_worker * self.max_colocate_count}
+
+    def actor_options(self) -> dict[str, Any]:
+        """The resources one actor asks for: its share of a bundle."""
+        share = {"num_cpus": self.bundle_resources()["CPU"] / self.max_colocate_count}
+        if self.use_gpu:
+            share["num_gpus"] = 1.0 / self.max_colocate_count
+        return share
+
+    def bundles(self) -> list[Bundle]:
+        """The workers' slots in rank order (node by node, nodes sorted by IP); placement groups are made once."""
+        if self._bundles is None:
+            self._bundles = self._create_bundles()
+        return self._bundles
+
+    def _create_bundles(self) -> list[Bundle]:
+        lifetime = "detached" if self.detached else None
+        groups = []
+        for node, count in enumerate(self.process_on_nodes):
+            name = f"{self.name_prefix}pg_{node}" if self.name_prefix else ""
+            groups.append(
+                placement_group([self.bundle_resources()] * count, strategy="STRICT_PACK", name=name, lifetime=lifetime)
+            )
+        for node, group in enumerate(groups):
+            self._wait_ready(node, group, groups)
+        node_ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
+        slots = []
+        for group in groups:
+            bundle_nodes = placement_group_table(group)["bundles_to_node_id"]
+            slots.append(
+                [Bundle(group, i, bundle_nodes[i], node_ips.get(bundle_nodes[i], "?")) for i in sorted(bundle_nodes)]
+            )
+        slots.sort(key=lambda group_slots: (group_slots[0].node_ip, group_slots[0].node_id))
+        return [bundle for group_slots in slots for bundle in group_slots]
+
+    def _wait_ready(self, node: int, group: PlacementGroup, groups: list[PlacementGroup]) -> None:
+        try:
+            ray.get(group.ready(), timeout=self.ready_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            for g in groups:
+                remove_placement_group(g)
+            raise ValueError(
+                f"RayResourcePool(process_on_nodes={self.process_on_nodes}, use_gpu={self.use_gpu}): node {node} "
+                f"needs {self.process_on_nodes[node]} bundles of {self.bundle_resources()} on one machine, and the "
+                f"cluster could not provide them within {self.ready_timeout_s:g} s (it has "
+                f"{ray.cluster_resources()}). Ask for fewer workers per node (trainer.n_gpus_per_node), fewer nodes "
+                "(trainer.nnodes), or use_gpu=False on a machine without GPUs."
+            ) from None
+
+    def remove(self) -> None:
+        """Give the placement groups back to Ray (the pool's actors should be killed first)."""
+        for group in {id(b.placement_group): b.placement_group for b in self._bundles or []}.values():
+            remove_placement_group(group)
+        self._bundles = None

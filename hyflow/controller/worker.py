@@ -1,0 +1,152 @@
+"""`Worker`: the base class of every process a worker group runs (one per device).
+
+A worker group starts each worker with the distributed environment in its process environment:
+
+    RANK, WORLD_SIZE            this worker's place among all the group's workers
+    LOCAL_RANK, LOCAL_WORLD_SIZE its place among the group's workers on the same node
+    MASTER_ADDR, MASTER_PORT    where rank 0 listens for torch.distributed's rendezvous
+
+`Worker` reads them when the object is created (in `__new__`, so subclasses need not call `super().__init__`)
+and exposes `rank`, `world_size`, `local_rank`, `local_world_size`. `init_distributed()` starts
+`torch.distributed` from them: NCCL when CUDA is available, gloo otherwise.
+
+Rank 0 is created first; when it finds no `MASTER_ADDR`, it picks its own IP and a free port and publishes them in
+its environment, and the group hands them to the other ranks (`get_master_addr_port`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DistEnv", "Worker"]
+
+logger = logging.getLogger(__name__)
+
+DIST_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def node_ip_address() -> str:
+    """This machine's IP as the cluster sees it (Ray's view when Ray is loaded, else the default route's)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return ray.util.get_node_ip_address()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))  # no packet is sent; this only picks the outgoing interface
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The distributed environment a worker was started with."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+    @staticmethod
+    def from_environ() -> DistEnv:
+        """Read the env vars; a process started outside a group is rank 0 of 1 and picks its own address."""
+        env = os.environ
+        rank = int(env.get("RANK", "0"))
+        if rank == 0 and not env.get("MASTER_ADDR"):  # the group sends rank 0 an empty address: pick one
+            env["MASTER_ADDR"] = node_ip_address()
+            env["MASTER_PORT"] = str(free_port())
+        if not env.get("MASTER_ADDR") or not env.get("MASTER_PORT"):
+            raise RuntimeError(
+                f"worker rank {rank} started without MASTER_ADDR/MASTER_PORT; the worker group sets them from "
+                "rank 0. Create workers through a WorkerGroup, or set both env vars yourself."
+            )
+        return DistEnv(
+            rank=rank,
+            world_size=int(env.get("WORLD_SIZE", "1")),
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
+            master_addr=env["MASTER_ADDR"],
+            master_port=int(env["MASTER_PORT"]),
+        )
+
+
+class Worker:
+    """Base class of worker processes: knows its rank and can start `torch.distributed`.
+
+    Subclass it, mark the methods the controller calls with `@register(...)`, and build a group from it.
+    """
+
+    def __new__(cls, *args: object, **kwargs: object) -> Worker:
+        instance = super().__new__(cls)
+        instance._dist_env = DistEnv.from_environ()
+        return instance
+
+    @property
+    def rank(self) -> int:
+        return self._dist_env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._dist_env.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self._dist_env.local_rank
+
+    @property
+    def local_world_size(self) -> int:
+        return self._dist_env.local_world_size
+
+    def init_distributed(self, backend: str | None = None, timeout_s: float = 1800.0) -> None:
+        """Join this group's `torch.distributed` process group (once; later calls do nothing).
+
+        `backend=None` picks NCCL when CUDA is available and gloo otherwise.
+        """
+        if dist.is_initialized():
+            return
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            # Ray shows each GPU worker only its own device(s); index by local rank when it sees them all.
+            torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
+        env = self._dist_env
+        logger.info("rank %d/%d joins %s at %s:%d", env.rank, env.world_size, backend, env.master_addr, env.master_port)
+        dist.init_process_group(
+            backend=backend,
+            init_method=f"tcp://{env.master_addr}:{env.master_port}",
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+
+    # ---- called by the worker group itself (not group methods) ----
+    def get_master_addr_port(self) -> tuple[str, int]:
+        """Rank 0's rendezvous address, which the group passes on to the other ranks."""
+        return self._dist_env.master_addr, self._dist_env.master_port
+
+    def get_node_info(self) -> dict[str, object]:
+        """Where this worker runs: node IP, host name, Ray node id (when on Ray) and pid (for errors and tests)."""
+        ray = sys.modules.get("ray")
+        node_id = ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else ""
+        return {"ip": node_ip_address(), "hostname": socket.gethostname(), "node_id": node_id, "pid": os.getpid()}
+
+    def get_dist_env(self) -> dict[str, str]:
+        """The distributed env vars this worker sees (for checks and tests)."""
+        return {key: os.environ.get(key, "") for key in DIST_ENV_KEYS}

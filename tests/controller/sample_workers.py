@@ -1,0 +1,119 @@
+"""Small worker classes shared by the controller tests (importable by Ray's worker processes)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from hyflow.controller import Dispatch, Execute, Worker, register
+from hyflow.protocol import DataProto
+
+
+class RankWorker(Worker):
+    """Answers with its rank, so tests can see which rank got which arguments."""
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def add_rank(self, value: int) -> int:
+        return value + self.rank + self.offset
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def echo(self, item: object, shared: object = None) -> tuple[int, object, object]:
+        return self.rank, item, shared
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def describe(self, label: str) -> tuple[str, int, int]:
+        return label, self.rank, os.getpid()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def rank_zero_only(self) -> int:
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def double(self, data: DataProto) -> DataProto:
+        """x -> 2x per row; each output row also records the rank that computed it and the shard size."""
+        x = data.batch["x"]
+        rows = len(data)
+        return DataProto.from_dict(
+            {"doubled": x * 2, "rank": torch.full((rows,), self.rank), "shard_rows": torch.full((rows,), rows)}
+        )
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def double_later(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": data.batch["x"] * 2})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
+    def apply(self, func, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": func(data.batch["x"])})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def dist_env(self) -> dict:
+        return {**self.get_dist_env(), **self.get_node_info()}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def getenv(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def all_reduce_ranks(self, backend: str = "gloo") -> tuple[float, int]:
+        """Sum of (rank + 1) over the group through torch.distributed, and how many GPUs this worker sees."""
+        self.init_distributed(backend=backend, timeout_s=60)
+        value = torch.tensor([self.rank + 1.0], device="cuda" if backend == "nccl" else "cpu")
+        dist.all_reduce(value)
+        return float(value.item()), torch.cuda.device_count()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_on(self, rank: int) -> int:
+        if self.rank == rank:
+            raise ValueError(f"rank {rank} was told to fail")
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def exit_on(self, rank: int) -> int:
+        if self.rank == rank:
+            os._exit(1)
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+
+class ActorRole(Worker):
+    """One role of a colocated worker."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def whoami(self) -> tuple[str, int]:
+        return "actor", os.getpid()
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def advance(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": data.batch["x"] + self.step})
+
+
+class CriticRole(Worker):
+    """The other role of a colocated worker."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def whoami(self) -> tuple[str, int]:
+        return "critic", os.getpid()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def value_of(self, x: float) -> float:
+        return 10.0 * x
+
+
+class BrokenWorker(Worker):
+    """A worker whose constructor fails, like one given a bad config."""
+
+    def __init__(self) -> None:
+        raise ValueError("actor.clip_ratio=-1: it must be positive")
