@@ -47,6 +47,9 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | interaction_kwargs | dict        | arguments for this row's user-simulating interaction                    |
 | num_turns          | int         | number of chat turns the agent loop ran (user + assistant + tool)       |
 | finish_reason      | str         | why generation ended: "stop", "length", "max_turns", "abort"            |
+| turn_scores        | list[float] | the interaction's reward for each user turn of an agent episode         |
+| tool_rewards       | list[float] | the reward each executed tool call returned                             |
+| tool_scores        | dict        | tool name -> that tool's `calc_reward` score for the whole episode      |
 
 Meta fields (`DataProto.meta_info`, one value for the whole batch):
 
@@ -59,6 +62,7 @@ Meta fields (`DataProto.meta_info`, one value for the whole batch):
 | pad_token_id     | int       | padding token id                                                          |
 | global_token_num | list[int] | number of valid tokens of each row, for throughput metrics                |
 | global_steps     | int       | the trainer's step counter                                                |
+| seed             | int       | sampling seed of a generation batch (each row's seed is derived from it)  |
 | micro_batch_size | int       | micro-batch size a worker should use for this call                        |
 | max_token_len    | int       | token budget per micro-batch when use_dynamic_bsz                         |
 | use_dynamic_bsz  | bool      | cut micro-batches by token budget instead of by row count                 |
@@ -117,6 +121,9 @@ TOOLS_KWARGS = "tools_kwargs"
 INTERACTION_KWARGS = "interaction_kwargs"
 NUM_TURNS = "num_turns"
 FINISH_REASON = "finish_reason"
+TURN_SCORES = "turn_scores"
+TOOL_REWARDS = "tool_rewards"
+TOOL_SCORES = "tool_scores"
 
 # ---- meta fields (DataProto.meta_info) ----
 TEMPERATURE = "temperature"
@@ -126,6 +133,7 @@ EOS_TOKEN_ID = "eos_token_id"
 PAD_TOKEN_ID = "pad_token_id"
 GLOBAL_TOKEN_NUM = "global_token_num"
 GLOBAL_STEPS = "global_steps"
+SEED = "seed"
 MICRO_BATCH_SIZE = "micro_batch_size"
 MAX_TOKEN_LEN = "max_token_len"
 USE_DYNAMIC_BSZ = "use_dynamic_bsz"
@@ -164,6 +172,9 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(INTERACTION_KWARGS, "(B,)", "dict", "non_tensor", "arguments for this row's interaction"),
     FieldSpec(NUM_TURNS, "(B,)", "int", "non_tensor", "number of chat turns the agent loop ran"),
     FieldSpec(FINISH_REASON, "(B,)", "str", "non_tensor", "why generation ended: stop, length, max_turns, abort"),
+    FieldSpec(TURN_SCORES, "(B,)", "list[float]", "non_tensor", "the interaction's reward for each user turn"),
+    FieldSpec(TOOL_REWARDS, "(B,)", "list[float]", "non_tensor", "the reward each executed tool call returned"),
+    FieldSpec(TOOL_SCORES, "(B,)", "dict", "non_tensor", "tool name -> that tool's score for the whole episode"),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),
     FieldSpec(DO_SAMPLE, "", "bool", "meta", "sample (True) or decode greedily (False)"),
     FieldSpec(VALIDATE, "", "bool", "meta", "the batch is a validation batch"),
@@ -171,6 +182,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(PAD_TOKEN_ID, "", "int", "meta", "padding token id"),
     FieldSpec(GLOBAL_TOKEN_NUM, "", "list[int]", "meta", "number of valid tokens of each row"),
     FieldSpec(GLOBAL_STEPS, "", "int", "meta", "the trainer's step counter"),
+    FieldSpec(SEED, "", "int", "meta", "sampling seed of a generation batch (each row's seed derives from it)"),
     FieldSpec(MICRO_BATCH_SIZE, "", "int", "meta", "micro-batch size a worker should use for this call"),
     FieldSpec(MAX_TOKEN_LEN, "", "int", "meta", "token budget per micro-batch when use_dynamic_bsz"),
     FieldSpec(USE_DYNAMIC_BSZ, "", "bool", "meta", "cut micro-batches by token budget instead of row count"),

@@ -1,0 +1,195 @@
+"""AgentLoopManager: runs one agent loop per sample, concurrently, and packs the trajectories into a DataProto.
+
+    manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[EngineServer(engine)])
+    gen_batch = manager.generate_sequences(batch)      # batch: raw_prompt (+ agent_name, tools_kwargs, extra_info)
+
+Each sample runs the loop named by its `agent_name` (`rollout.agent.default_agent_loop` when the batch has none) as
+an asyncio task; all turns of one sample go to one server (`ServerRouter`). Tools and interactions are loaded from
+`rollout.multi_turn.tool_config_path` / `interaction_config_path` once, here, so a bad config fails at start-up.
+
+Output (B samples, P = rollout.prompt_length, R = rollout.response_length): `prompts` (B, P) left-padded,
+`responses`, `response_mask`, `rollout_log_probs` (B, R) right-padded, `input_ids`, `attention_mask`,
+`position_ids` (B, P + R); non-tensor `num_turns`, `finish_reason`, and the reward extras `turn_scores`,
+`tool_rewards`, `tool_scores`; `meta_info["metrics"]` (batch means of the loops' counters) and `["timing"]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from hyflow import fields as F
+from hyflow.agent import single_turn, tool_agent  # noqa: F401  (registers the built-in loops)
+from hyflow.agent.chat import MessageDelta
+from hyflow.agent.interactions.registry import initialize_interactions_from_config
+from hyflow.agent.loop import (
+    AgentLoopBase,
+    AgentLoopContext,
+    AgentLoopOutput,
+    get_agent_loop_class,
+    register_agent_loop,
+)
+from hyflow.agent.parsers import ToolParser
+from hyflow.agent.server import AsyncLLMServer, ServerRouter
+from hyflow.agent.tools.registry import import_class, initialize_tools_from_config, read_yaml_list
+from hyflow.config.actor_rollout_ref import RolloutConfig
+from hyflow.protocol import DataProto
+from hyflow.rollout.config import SamplingParams
+from hyflow.rollout.worker_rollout import sampling_for_batch
+
+logger = logging.getLogger(__name__)
+
+# Per-sample reward extras the loops return (not yet in hyflow/fields.py).
+EXTRA_FIELDS = (F.TURN_SCORES, F.TOOL_REWARDS, F.TOOL_SCORES)
+
+
+def register_loops_from_config(path: str) -> None:
+    """Register the agent loops listed in a YAML file: `- {name: my_agent, _target_: pkg.module.MyLoop}`."""
+    key = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+    for i, entry in enumerate(read_yaml_list(path, "agent_loops", key)):
+        target = entry.get("_target_") or entry.get("class_name")
+        if "name" not in entry or target is None:
+            raise ValueError(f"{key}={path!r}: agent_loops[{i}] needs 'name' and '_target_' (an import path).")
+        cls = import_class(str(target), AgentLoopBase, f"{key}: agent_loops[{i}]", {})
+        register_agent_loop(str(entry["name"]))(cls)
+
+
+class AgentLoopManager:
+    """Generates a batch of trajectories with agent loops over one or more async generation servers."""
+
+    def __init__(self, config: RolloutConfig, tokenizer: Any, servers: Sequence[AsyncLLMServer]) -> None:
+        lengths = (("prompt_length", "data.max_prompt_length"), ("response_length", "data.max_response_length"))
+        for key, source in lengths:
+            value = getattr(config, key)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"actor_rollout_ref.rollout.{key}={value!r} must be a positive int; set it (or {source})."
+                )
+        self.config = config
+        self.tokenizer = tokenizer
+        multi_turn = config.multi_turn
+        tools = initialize_tools_from_config(multi_turn.tool_config_path) if multi_turn.tool_config_path else []
+        interactions = (
+            initialize_interactions_from_config(multi_turn.interaction_config_path)
+            if multi_turn.interaction_config_path
+            else {}
+        )
+        if config.agent.agent_loop_config_path:
+            register_loops_from_config(config.agent.agent_loop_config_path)
+        get_agent_loop_class(config.agent.default_agent_loop)  # fail now on a bad default name
+        self.router = ServerRouter(servers)
+        self.context = AgentLoopContext(
+            server=self.router,
+            tokenizer=tokenizer,
+            response_length=config.response_length,
+            multi_turn=multi_turn,
+            tool_parser=ToolParser.get(multi_turn.format, tokenizer),
+            message_delta=MessageDelta(tokenizer),
+            tools={tool.name: tool for tool in tools},
+            interactions=interactions,
+        )
+
+    # ---- entry points ---------------------------------------------------------------------------------------
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Run the batch's agent loops to completion (blocking). Inside a running event loop, await
+        `agenerate_sequences` instead."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.agenerate_sequences(prompts))
+        raise RuntimeError("generate_sequences was called inside a running event loop; await agenerate_sequences")
+
+    async def agenerate_sequences(self, prompts: DataProto) -> DataProto:
+        """Run one agent loop per sample concurrently and pack the outputs (see the module docstring)."""
+        if len(prompts) == 0:
+            raise ValueError("generate_sequences got an empty batch; give it at least one prompt.")
+        start = time.perf_counter()
+        rows = [{key: values[i] for key, values in prompts.non_tensor_batch.items()} for i in range(len(prompts))]
+        loop_classes = [get_agent_loop_class(self._agent_name(row)) for row in rows]  # all names checked up front
+        params = self.sampling_params(prompts.meta_info)
+        outputs = await asyncio.gather(*(self._run_one(cls, row, params) for cls, row in zip(loop_classes, rows)))
+        result = self.to_dataproto(list(outputs))
+        result.meta_info[F.TIMING] = {"agent_loop/generate_sequences": time.perf_counter() - start}
+        return result
+
+    def sampling_params(self, meta_info: dict[str, Any]) -> SamplingParams:
+        """Sampling of this batch, chosen as the rollout worker chooses it (`val_kwargs` for validation batches,
+        `meta_info` do_sample / temperature overrides)."""
+        return sampling_for_batch(self.config, meta_info)
+
+    def _agent_name(self, row: dict[str, Any]) -> str:
+        name = row.get(F.AGENT_NAME)
+        return str(name) if name else self.config.agent.default_agent_loop
+
+    async def _run_one(
+        self, loop_class: type[AgentLoopBase], row: dict[str, Any], params: SamplingParams
+    ) -> AgentLoopOutput:
+        request_id = uuid.uuid4().hex
+        try:
+            return await loop_class(self.context).run(dataclasses.replace(params), request_id=request_id, **row)
+        finally:
+            self.router.release(request_id)
+
+    # ---- packing --------------------------------------------------------------------------------------------
+    def to_dataproto(self, outputs: list[AgentLoopOutput]) -> DataProto:
+        """Pad the trajectories to (P, R) and build the batch, the per-sample extras and the metrics."""
+        prompt_length, response_length = self.config.prompt_length, self.config.response_length
+        longest = max(len(out.prompt_ids) for out in outputs)
+        if longest > prompt_length:
+            raise ValueError(
+                f"a prompt has {longest} tokens after the chat template (tool schemas included), more than "
+                f"actor_rollout_ref.rollout.prompt_length={prompt_length}; raise data.max_prompt_length or shorten "
+                "the prompts / tool descriptions."
+            )
+        pad = self.tokenizer.pad_token_id
+        prompts = torch.full((len(outputs), prompt_length), pad, dtype=torch.long)
+        prompt_mask = torch.zeros_like(prompts)
+        responses = torch.full((len(outputs), response_length), pad, dtype=torch.long)
+        response_mask = torch.zeros_like(responses)
+        response_attention = torch.zeros_like(responses)
+        log_probs = torch.zeros((len(outputs), response_length), dtype=torch.float32)
+        for i, out in enumerate(outputs):
+            p, r = len(out.prompt_ids), len(out.response_ids)
+            if p:
+                prompts[i, prompt_length - p :] = torch.tensor(out.prompt_ids)
+                prompt_mask[i, prompt_length - p :] = 1
+            responses[i, :r] = torch.tensor(out.response_ids, dtype=torch.long)
+            response_mask[i, :r] = torch.tensor(out.response_mask, dtype=torch.long)
+            response_attention[i, :r] = 1
+            log_probs[i, :r] = torch.tensor(out.response_log_probs, dtype=torch.float32)
+        attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
+        tensors = {
+            F.PROMPTS: prompts,
+            F.RESPONSES: responses,
+            F.RESPONSE_MASK: response_mask,
+            F.INPUT_IDS: torch.cat([prompts, responses], dim=1),
+            F.ATTENTION_MASK: attention_mask,
+            F.POSITION_IDS: (attention_mask.cumsum(dim=1) - 1).clamp(min=0) * attention_mask,
+            F.ROLLOUT_LOG_PROBS: log_probs,
+        }
+        non_tensors = {
+            F.NUM_TURNS: [out.num_turns for out in outputs],
+            F.FINISH_REASON: [out.finish_reason for out in outputs],
+            **{key: [out.extra_fields.get(key) for out in outputs] for key in EXTRA_FIELDS},
+        }
+        return DataProto.from_dict(tensors, non_tensors, meta_info={F.METRICS: batch_metrics(outputs)})
+
+
+def batch_metrics(outputs: list[AgentLoopOutput]) -> dict[str, float]:
+    """Batch means of the loops' counters and timings, the turn statistics and the share of each finish reason."""
+    metrics: dict[str, float] = {}
+    for name in (f.name for f in dataclasses.fields(outputs[0].metrics)):
+        metrics[f"agent/{name}/mean"] = float(np.mean([getattr(out.metrics, name) for out in outputs]))
+    turns = [out.num_turns for out in outputs]
+    metrics.update({"agent/num_turns/mean": float(np.mean(turns)), "agent/num_turns/max": float(max(turns))})
+    for reason in ("stop", "length", "max_turns", "abort"):
+        metrics[f"agent/finish_reason/{reason}"] = sum(out.finish_reason == reason for out in outputs) / len(outputs)
+    return metrics

@@ -1,0 +1,132 @@
+"""Tool-call parsers: turn a model turn's tokens into its text and the function calls it makes.
+
+A parser is a `ToolParser` subclass registered by name and selected by `actor_rollout_ref.rollout.multi_turn.format`:
+
+    @ToolParser.register("my_format")
+    class MyParser(ToolParser):
+        def parse(self, text: str) -> ParsedToolCalls: ...
+
+    parser = ToolParser.get("hermes", tokenizer)
+    text, calls = parser.extract_tool_calls(response_ids)     # calls: list[FunctionCall]
+
+Parsers never raise on model output: a malformed call (bad JSON, no name, arguments not an object, an unclosed
+tag) is skipped and counted in `ParsedToolCalls.num_malformed`, which the agent loop reports as a metric.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FunctionCall:
+    """One call the model asked for: the tool's name and its arguments (a JSON object)."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedToolCalls:
+    """What a parser found in a model turn: the text outside the calls, the well-formed calls, the bad ones."""
+
+    text: str
+    calls: list[FunctionCall]
+    num_malformed: int = 0
+
+
+class ToolParser(ABC):
+    """Base class of tool-call formats. Subclasses implement `parse(text)`; decoding is shared."""
+
+    _registry: ClassVar[dict[str, type[ToolParser]]] = {}
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def register(cls, name: str) -> Callable[[type[ToolParser]], type[ToolParser]]:
+        """Class decorator: make a parser available as `multi_turn.format=<name>`."""
+
+        def decorator(subclass: type[ToolParser]) -> type[ToolParser]:
+            existing = cls._registry.get(name)
+            if existing is not None and existing is not subclass:
+                raise ValueError(f"tool parser {name!r} is already registered by {existing.__qualname__}")
+            cls._registry[name] = subclass
+            return subclass
+
+        return decorator
+
+    @classmethod
+    def get(cls, name: str, tokenizer: Any) -> ToolParser:
+        """An instance of the parser registered as `name`; a ValueError lists the known names otherwise."""
+        if name not in cls._registry:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.multi_turn.format={name!r} is not a registered tool parser; use one of "
+                f"{sorted(cls._registry)} or register yours with @ToolParser.register({name!r})."
+            )
+        return cls._registry[name](tokenizer)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return sorted(cls._registry)
+
+    @abstractmethod
+    def parse(self, text: str) -> ParsedToolCalls:
+        """Split decoded model text into plain text and function calls; never raises on bad model output."""
+
+    def extract_tool_calls(self, response_ids: list[int]) -> tuple[str, list[FunctionCall]]:
+        """Decode a model turn's token ids and return (text without the calls, the well-formed calls)."""
+        parsed = self.parse(self.tokenizer.decode(response_ids, skip_special_tokens=True))
+        return parsed.text, parsed.calls
+
+
+def _to_function_call(payload: str) -> FunctionCall | None:
+    """A FunctionCall from a JSON `{"name": str, "arguments": object | JSON string}`, or None when malformed."""
+    try:
+        obj = json.loads(payload)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None
+    arguments = obj.get("arguments", {})
+    if isinstance(arguments, str):  # OpenAI style: arguments as a JSON string
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return FunctionCall(name=obj["name"], arguments=arguments)
+
+
+@ToolParser.register("hermes")
+class HermesToolParser(ToolParser):
+    """Hermes / Qwen format: each call is `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`."""
+
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
+
+    def parse(self, text: str) -> ParsedToolCalls:
+        calls: list[FunctionCall] = []
+        num_malformed = 0
+        for payload in self._BLOCK.findall(text):
+            call = _to_function_call(payload.strip())
+            if call is None:
+                num_malformed += 1
+            else:
+                calls.append(call)
+        rest = self._BLOCK.sub("", text)
+        if self.OPEN in rest:  # an opening tag that never closes (e.g. the turn hit the length limit)
+            num_malformed += rest.count(self.OPEN)
+            rest = rest[: rest.index(self.OPEN)]
+        if num_malformed:
+            logger.debug("hermes parser skipped %d malformed tool call(s)", num_malformed)
+        return ParsedToolCalls(text=rest.strip(), calls=calls, num_malformed=num_malformed)

@@ -1,0 +1,92 @@
+"""The generation interface agent loops talk to, the adapter from hyflow's engine, and sticky routing.
+
+An agent loop needs one call: generate tokens for a prompt, with the log-prob of each sampled token.
+
+    class AsyncLLMServer(Protocol):
+        async def generate(self, request_id, prompt_ids, sampling_params) -> TokenOutput
+
+`EngineServer` puts hyflow's engine behind it (`AsyncLLMEngine`, or the rollout worker's `EngineRollout`).
+`ServerRouter` spreads conversations over several servers (one per rollout worker): the first turn of a
+conversation goes to the server with the fewest active conversations, and every later turn to the same one, so its
+prefix stays in that server's KV cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from hyflow.rollout.config import SamplingParams
+
+if TYPE_CHECKING:
+    from hyflow.rollout.async_engine import AsyncLLMEngine
+    from hyflow.rollout.worker_rollout import EngineRollout
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass
+class TokenOutput:
+    """One generation: the sampled token ids, the log-prob of each, and why it stopped."""
+
+    token_ids: list[int]
+    log_probs: list[float]
+    finish_reason: FinishReason
+
+
+class AsyncLLMServer(Protocol):
+    """Anything that generates tokens for agent loops. `request_id` names the conversation (stable over turns)."""
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
+        """Generate a continuation of `prompt_ids`."""
+        ...
+
+
+class EngineServer:
+    """hyflow's engine as an `AsyncLLMServer`: wraps `AsyncLLMEngine` or the worker's `EngineRollout` (anything
+    with `async generate(prompt_ids, params, request_id)` returning a `RequestOutput` or a `CompletionOutput`).
+    Each turn gets its own engine request id, `<conversation>/<n>`."""
+
+    def __init__(self, engine: AsyncLLMEngine | EngineRollout) -> None:
+        self.engine = engine
+        self._turns = itertools.count()
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
+        output = await self.engine.generate(prompt_ids, sampling_params, request_id=f"{request_id}/{next(self._turns)}")
+        completion = output.outputs[0] if hasattr(output, "outputs") else output  # RequestOutput | CompletionOutput
+        return TokenOutput(
+            token_ids=list(completion.token_ids),
+            log_probs=[float(x) for x in completion.log_probs],
+            finish_reason=completion.finish_reason or "abort",
+        )
+
+
+class ServerRouter:
+    """Routes each conversation to one server for all its turns; new conversations go to the least loaded one."""
+
+    def __init__(self, servers: Sequence[AsyncLLMServer]) -> None:
+        if not servers:
+            raise ValueError("ServerRouter needs at least one generation server; got an empty list.")
+        self.servers = list(servers)
+        self.active = [0] * len(self.servers)  # conversations assigned and not yet released, per server
+        self._assigned: dict[str, int] = {}
+
+    def server_index(self, request_id: str) -> int:
+        """The server of this conversation, assigning the least-loaded one (lowest index on ties) the first time."""
+        if request_id not in self._assigned:
+            index = min(range(len(self.servers)), key=lambda i: self.active[i])
+            self._assigned[request_id] = index
+            self.active[index] += 1
+        return self._assigned[request_id]
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
+        server = self.servers[self.server_index(request_id)]
+        return await server.generate(request_id, prompt_ids, sampling_params)
+
+    def release(self, request_id: str) -> None:
+        """The conversation is over: its server's load goes down."""
+        index = self._assigned.pop(request_id, None)
+        if index is not None:
+            self.active[index] -= 1

@@ -1,0 +1,236 @@
+"""`tool_agent`: the multi-turn loop with tool calls and simulated users, as an explicit state machine.
+
+    PENDING ─▶ GENERATING ─┬─▶ PROCESSING_TOOLS ─▶ GENERATING ...      (the model called tools)
+                           ├─▶ INTERACTING ──────▶ GENERATING ...      (no calls; an interaction replies)
+                           └─▶ TERMINATED                              (stop, length, turn limit)
+
+- PENDING: the chat template over the prompt with the active tools' schemas (all tools, or the sample's
+  `extra_info["tool_selection"]`); create one instance per active tool with the sample's
+  `tools_kwargs[name]["create_kwargs"]`; start the sample's interaction (`interaction_kwargs["name"]`).
+- GENERATING: generate at most the remaining response budget; append the tokens with mask 1 and their log-probs;
+  end on `response_length` or `max_assistant_turns`; parse the tool calls with the `multi_turn.format` parser.
+- PROCESSING_TOOLS: run the first `max_parallel_calls` calls concurrently (further ones are dropped and counted),
+  each cut off after its tool's `timeout`; a failure becomes "Error when executing tool: ..." in the conversation;
+  responses are cut to `max_tool_response_length` characters on `tool_response_truncate_side`, rendered by the
+  chat template and appended with mask 0 (see `hyflow.agent.chat` for why this stays token-consistent).
+- INTERACTING: the interaction scores the answer (`turn_scores`) and may end the episode; else its reply becomes a
+  user message (mask 0), up to `max_user_turns` replies.
+`release` of every tool instance and `finalize_interaction` always run, also when the episode fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import time
+from typing import Any
+
+from hyflow.agent.chat import encode_prompt, truncate_text
+from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
+from hyflow.agent.parsers import FunctionCall
+from hyflow.agent.tools.base import BaseTool
+from hyflow.rollout.config import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+TOOL_ERROR_PREFIX = "Error when executing tool: "
+
+
+class AgentState(enum.Enum):
+    PENDING = "pending"
+    GENERATING = "generating"
+    PROCESSING_TOOLS = "processing_tools"
+    INTERACTING = "interacting"
+    TERMINATED = "terminated"
+
+
+def select_tools(tools: dict[str, BaseTool], extra_info: dict[str, Any]) -> dict[str, BaseTool]:
+    """The tools a sample may use: all, or those named in `extra_info["tool_selection"]`."""
+    selection = extra_info.get("tool_selection")
+    if selection is None:
+        return dict(tools)
+    unknown = sorted(set(selection) - set(tools))
+    if unknown:
+        raise ValueError(
+            f"extra_info.tool_selection={list(selection)!r} names tools {unknown} that the tool config does not "
+            f"declare; declared tools: {sorted(tools)}."
+        )
+    return {name: tools[name] for name in selection}
+
+
+@register_agent_loop("tool_agent")
+class ToolAgentLoop(AgentLoopBase):
+    """Multi-turn episodes with tools and interactions (see the module docstring for the states)."""
+
+    async def run(self, sampling_params: SamplingParams, **kwargs: Any) -> AgentLoopOutput:
+        extra_info = dict(kwargs.get("extra_info") or {})
+        self.sampling_params = sampling_params
+        self.tools = select_tools(self.context.tools, extra_info)
+        self.interaction_kwargs = dict(kwargs.get("interaction_kwargs") or extra_info.get("interaction_kwargs") or {})
+        data = AgentData(
+            request_id=kwargs["request_id"],
+            messages=[dict(message) for message in kwargs["raw_prompt"]],
+            tools_kwargs=dict(kwargs.get("tools_kwargs") or {}),
+        )
+        handlers = {
+            AgentState.PENDING: self._pending,
+            AgentState.GENERATING: self._generating,
+            AgentState.PROCESSING_TOOLS: self._processing_tools,
+            AgentState.INTERACTING: self._interacting,
+        }
+        state = AgentState.PENDING
+        try:
+            while state is not AgentState.TERMINATED:
+                state = await handlers[state](data)
+            await self._collect_tool_scores(data)
+        finally:
+            await self._release(data)
+        return data.to_output(self.response_length)
+
+    # ---- states ---------------------------------------------------------------------------------------------
+    async def _pending(self, data: AgentData) -> AgentState:
+        schemas = [tool.tool_schema for tool in self.tools.values()]
+        data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas)
+        for name, tool in self.tools.items():
+            create_kwargs = data.tools_kwargs.get(name, {}).get("create_kwargs", {})
+            data.tool_instances[name] = await tool.create(**create_kwargs)
+        if self.interaction_kwargs:
+            await self._start_interaction(data)
+        return AgentState.GENERATING
+
+    async def _generating(self, data: AgentData) -> AgentState:
+        budget = self.response_length - len(data.response_ids)
+        if budget <= 0:
+            return self._end(data, "length")
+        params = dataclasses.replace(self.sampling_params, max_tokens=budget)
+        start = time.perf_counter()
+        output = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params)
+        data.metrics.generate_seconds += time.perf_counter() - start
+        data.append_model_tokens(output.token_ids, output.log_probs)
+        data.assistant_turns += 1
+        ended_with_eos = bool(output.token_ids) and output.token_ids[-1] == self.tokenizer.eos_token_id
+        data.last_turn_ended_with_eos = ended_with_eos
+        content_ids = output.token_ids[:-1] if ended_with_eos else output.token_ids
+        content = self.tokenizer.decode(content_ids, skip_special_tokens=False)
+        data.messages.append({"role": "assistant", "content": content})
+        if output.finish_reason == "abort":
+            return self._end(data, "abort")
+        if output.finish_reason == "length" or len(data.response_ids) >= self.response_length:
+            return self._end(data, "length")  # the turn was cut (budget or the engine's max_model_len)
+        max_turns = self.context.multi_turn.max_assistant_turns
+        if max_turns is not None and data.assistant_turns >= max_turns:
+            return self._end(data, "max_turns")
+        parsed = self.context.tool_parser.parse(content)
+        data.metrics.num_malformed_tool_calls += parsed.num_malformed
+        data.tool_calls = parsed.calls if self.tools else []
+        if data.tool_calls:
+            return AgentState.PROCESSING_TOOLS
+        if data.interaction is not None:
+            return AgentState.INTERACTING
+        return self._end(data, "stop")
+
+    async def _processing_tools(self, data: AgentData) -> AgentState:
+        multi_turn = self.context.multi_turn
+        calls = data.tool_calls[: multi_turn.max_parallel_calls]
+        data.metrics.num_dropped_tool_calls += len(data.tool_calls) - len(calls)
+        start = time.perf_counter()
+        texts = await asyncio.gather(*(self._call_tool(data, call) for call in calls))
+        data.metrics.tool_seconds += time.perf_counter() - start
+        data.metrics.num_tool_calls += len(calls)
+        cut = multi_turn.max_tool_response_length
+        messages = [
+            {"role": "tool", "content": truncate_text(text, cut, multi_turn.tool_response_truncate_side)}
+            for text in texts
+        ]
+        data.messages.extend(messages)
+        data.tool_turns += 1
+        data.append_context_tokens(self.context.message_delta.encode(messages, data.last_turn_ended_with_eos))
+        if len(data.response_ids) >= self.response_length:
+            return self._end(data, "length")
+        return AgentState.GENERATING
+
+    async def _interacting(self, data: AgentData) -> AgentState:
+        assert data.interaction is not None and data.interaction_id is not None
+        should_end, reply, reward, _ = await data.interaction.generate_response(data.interaction_id, data.messages)
+        data.turn_scores.append(float(reward))
+        if should_end:
+            return self._end(data, "stop")
+        max_user_turns = self.context.multi_turn.max_user_turns
+        if max_user_turns is not None and data.user_turns >= max_user_turns:
+            return self._end(data, "max_turns")
+        message = {"role": "user", "content": reply}
+        data.messages.append(message)
+        data.user_turns += 1
+        data.append_context_tokens(self.context.message_delta.encode([message], data.last_turn_ended_with_eos))
+        if len(data.response_ids) >= self.response_length:
+            return self._end(data, "length")
+        return AgentState.GENERATING
+
+    @staticmethod
+    def _end(data: AgentData, reason: EpisodeEnd) -> AgentState:
+        data.finish_reason = reason
+        return AgentState.TERMINATED
+
+    # ---- tools and interactions -----------------------------------------------------------------------------
+    async def _call_tool(self, data: AgentData, call: FunctionCall) -> str:
+        """Run one call and return the text for the conversation; failures become error text, never raise."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            data.metrics.num_failed_tool_calls += 1
+            return f"{TOOL_ERROR_PREFIX}unknown tool {call.name!r}; available tools: {sorted(self.tools)}"
+        missing = tool.missing_arguments(call.arguments)
+        if missing:
+            data.metrics.num_failed_tool_calls += 1
+            return f"{TOOL_ERROR_PREFIX}{call.name} is missing required arguments {missing}"
+        execute_kwargs = data.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
+        instance_id = data.tool_instances[call.name]
+        try:
+            response, reward, _ = await asyncio.wait_for(
+                tool.execute(instance_id, call.arguments, **execute_kwargs), tool.config.timeout
+            )
+        except TimeoutError:
+            data.metrics.num_failed_tool_calls += 1
+            return f"{TOOL_ERROR_PREFIX}{call.name} timed out after {tool.config.timeout:g} seconds"
+        except Exception as error:  # a tool's bug must not end the batch: the model sees the error instead
+            logger.warning("tool %s raised on arguments %s: %r", call.name, call.arguments, error)
+            data.metrics.num_failed_tool_calls += 1
+            return f"{TOOL_ERROR_PREFIX}{error}"
+        if response.image or response.video:
+            logger.warning("tool %s returned images or videos; agent loops are text-only: dropped", call.name)
+        data.tool_rewards.append(float(reward))
+        return response.text or ""
+
+    async def _start_interaction(self, data: AgentData) -> None:
+        kwargs = dict(self.interaction_kwargs)
+        name = kwargs.pop("name", None)
+        if name not in self.context.interactions:
+            raise ValueError(
+                f"interaction_kwargs.name={name!r} is not a configured interaction; configured: "
+                f"{sorted(self.context.interactions)} (multi_turn.interaction_config_path)."
+            )
+        data.interaction = self.context.interactions[name]
+        data.interaction_id = await data.interaction.start_interaction(**kwargs)
+
+    async def _collect_tool_scores(self, data: AgentData) -> None:
+        """Each tool's episode reward (`calc_reward`), kept as `extra_fields["tool_scores"]`."""
+        scores = {}
+        for name, instance_id in data.tool_instances.items():
+            kwargs = data.tools_kwargs.get(name, {}).get("calc_reward_kwargs", {})
+            scores[name] = float(await self.tools[name].calc_reward(instance_id, **kwargs))
+        data.extra_fields["tool_scores"] = scores
+
+    async def _release(self, data: AgentData) -> None:
+        """Release every tool instance and finalize the interaction, whatever happened before."""
+        for name, instance_id in data.tool_instances.items():
+            kwargs = data.tools_kwargs.get(name, {}).get("release_kwargs", {})
+            try:
+                await self.tools[name].release(instance_id, **kwargs)
+            except Exception:
+                logger.exception("tool %s failed to release instance %s", name, instance_id)
+        if data.interaction is not None and data.interaction_id is not None:
+            try:
+                await data.interaction.finalize_interaction(data.interaction_id)
+            except Exception:
+                logger.exception("interaction %s failed to finalize", data.interaction.name)

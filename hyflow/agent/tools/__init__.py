@@ -1,0 +1,14 @@
+"""Tools an agent loop can call: the interface, the YAML loader and the built-ins (calculator, python, search)."""
+
+from hyflow.agent.tools.base import BaseTool, ToolConfig, ToolResponse, validate_tool_schema
+from hyflow.agent.tools.registry import BUILTIN_TOOLS, initialize_tools_from_config, tools_from_entries
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "BaseTool",
+    "ToolConfig",
+    "ToolResponse",
+    "initialize_tools_from_config",
+    "tools_from_entries",
+    "validate_tool_schema",
+]
