@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "EngineServer": "hyflow.agent.server",
     "ServerRouter": "hyflow.agent.server",
     "TokenOutput": "hyflow.agent.server",
+    "WorkerServer": "hyflow.agent.server",
     "SingleTurnAgentLoop": "hyflow.agent.single_turn",
     "AgentState": "hyflow.agent.tool_agent",
     "ToolAgentLoop": "hyflow.agent.tool_agent",

@@ -5,10 +5,13 @@ An agent loop needs one call: generate tokens for a prompt, with the log-prob of
     class AsyncLLMServer(Protocol):
         async def generate(self, request_id, prompt_ids, sampling_params) -> TokenOutput
 
-`EngineServer` puts hyflow's engine behind it (`AsyncLLMEngine`, or the rollout worker's `EngineRollout`).
-`ServerRouter` spreads conversations over several servers (one per rollout worker): the first turn of a
-conversation goes to the server with the fewest active conversations, and every later turn to the same one, so its
-prefix stays in that server's KV cache.
+`EngineServer` puts hyflow's engine behind it (`AsyncLLMEngine`, or the rollout worker's `EngineRollout`), in
+this process (`trainer.backend=local`). `WorkerServer` reaches a rollout worker in another process (a Ray actor,
+`trainer.backend=ray`) through its async `generate_request` method: Ray runs concurrent calls of an async actor
+method concurrently on the worker's event loop, so all conversations routed to a worker share its engine's
+continuous batching. `ServerRouter` spreads conversations over several servers (one per rollout worker): the
+first turn of a conversation goes to the server with the fewest active conversations, and every later turn to the
+same one, so its prefix stays in that server's KV cache.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from hyflow.rollout.config import SamplingParams
 
@@ -44,6 +47,16 @@ class AsyncLLMServer(Protocol):
         ...
 
 
+def token_output(output: Any) -> TokenOutput:
+    """A `TokenOutput` from the engine's `RequestOutput` (first completion) or a `CompletionOutput`."""
+    completion = output.outputs[0] if hasattr(output, "outputs") else output
+    return TokenOutput(
+        token_ids=list(completion.token_ids),
+        log_probs=[float(x) for x in completion.log_probs],
+        finish_reason=completion.finish_reason or "abort",
+    )
+
+
 class EngineServer:
     """hyflow's engine as an `AsyncLLMServer`: wraps `AsyncLLMEngine` or the worker's `EngineRollout` (anything
     with `async generate(prompt_ids, params, request_id)` returning a `RequestOutput` or a `CompletionOutput`).
@@ -55,12 +68,23 @@ class EngineServer:
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
         output = await self.engine.generate(prompt_ids, sampling_params, request_id=f"{request_id}/{next(self._turns)}")
-        completion = output.outputs[0] if hasattr(output, "outputs") else output  # RequestOutput | CompletionOutput
-        return TokenOutput(
-            token_ids=list(completion.token_ids),
-            log_probs=[float(x) for x in completion.log_probs],
-            finish_reason=completion.finish_reason or "abort",
-        )
+        return token_output(output)
+
+
+class WorkerServer:
+    """A rollout worker in another process as an `AsyncLLMServer`: each turn is one call of the worker's async
+    method (`ActorRolloutRefWorker.generate_request`; `<role>__generate_request` on a colocated worker), awaited
+    through Ray. The worker must hold the actor's latest weights: the trainer brackets a batch of agent loops
+    with the group's `rollout_mode()` / `trainer_mode()`."""
+
+    def __init__(self, handle: Any, method_name: str = "generate_request") -> None:
+        self.handle = handle
+        self.method = getattr(handle, method_name)
+        self._turns = itertools.count()
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
+        turn_id = f"{request_id}/{next(self._turns)}"
+        return token_output(await self.method.remote(list(prompt_ids), sampling_params, turn_id))
 
 
 class ServerRouter:

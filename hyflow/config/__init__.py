@@ -38,6 +38,7 @@ from hyflow.config.reward import (
     RewardModelConfig,
     RewardModelModelConfig,
 )
+from hyflow.config.sft import SFTConfig, load_sft_config
 from hyflow.config.trainer import RayInitConfig, TrainerConfig
 
 __all__ = [
@@ -67,9 +68,11 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "SFTConfig",
     "SamplingConfig",
     "TrainerConfig",
     "WrapPolicyConfig",
     "load_config",
+    "load_sft_config",
     "validate_config",
 ]

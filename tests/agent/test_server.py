@@ -11,13 +11,14 @@ from transformers import AutoModelForCausalLM
 
 from hyflow import fields as F
 from hyflow.agent.manager import AgentLoopManager
-from hyflow.agent.server import EngineServer, ServerRouter, TokenOutput
+from hyflow.agent.server import EngineServer, ServerRouter, TokenOutput, WorkerServer
 from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.models.tiny import build_tiny_model
 from hyflow.protocol import DataProto
 from hyflow.rollout.async_engine import AsyncLLMEngine
 from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.engine import LLMEngine
+from hyflow.rollout.sequence import CompletionOutput
 from hyflow.rollout.worker_rollout import EngineRollout
 
 
@@ -122,3 +123,32 @@ def test_engine_server_gives_token_ids_log_probs_and_finish_reason_of_the_async_
     for output in asyncio.run(twice()):
         assert output.token_ids == expected.token_ids and output.finish_reason == "length"
         assert output.log_probs == pytest.approx(expected.log_probs, abs=1e-5)
+
+
+class FakeActorMethod:
+    """Stands in for a Ray actor method: `.remote(...)` returns an awaitable, as an ObjectRef is in asyncio."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def remote(self, prompt_ids, sampling_params, request_id):
+        self.calls.append((prompt_ids, sampling_params, request_id))
+
+        async def result():
+            return CompletionOutput(0, [len(prompt_ids), 7], [-0.5, -0.25], "stop")
+
+        return result()
+
+
+def test_worker_server_calls_the_workers_async_method_once_per_turn_and_converts_its_output():
+    handle = type("Handle", (), {"actor_rollout__generate_request": FakeActorMethod()})()
+    server = WorkerServer(handle, "actor_rollout__generate_request")
+
+    async def two_turns():
+        return [await server.generate("conv", [1, 2, 3], SamplingParams(max_tokens=4)) for _ in range(2)]
+
+    outputs = asyncio.run(two_turns())
+    assert outputs[0] == TokenOutput(token_ids=[3, 7], log_probs=[-0.5, -0.25], finish_reason="stop")
+    calls = handle.actor_rollout__generate_request.calls
+    assert [request_id for _, _, request_id in calls] == ["conv/0", "conv/1"]  # one engine request per turn
+    assert calls[0][1].max_tokens == 4

@@ -1,0 +1,185 @@
+"""Generation throughput of hyflow's engine next to `transformers.generate`, on random-weight models.
+
+    python benchmarks/rollout_throughput.py              # GPU: Qwen2-0.5B shape, bf16, cases (a) and (b)
+    python benchmarks/rollout_throughput.py --tiny       # CPU: a tiny model, small shapes (minutes on a laptop)
+    python benchmarks/rollout_throughput.py --no-hf      # engine only
+
+Cases: (a) 256 prompts x 256 prompt tokens -> 256 new tokens each (ignore_eos);
+       (b) GRPO shape: 64 prompts x 512 prompt tokens, n=8, 512 new tokens (the 8 samples share the prompt's cache).
+For the engine it also prints the mean decode step time next to the memory-bandwidth bound of that step
+(weights + the KV cache read once per step, over the device's peak bandwidth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from hyflow.rollout.config import EngineConfig, SamplingParams
+from hyflow.rollout.engine import LLMEngine
+
+H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e peak
+
+
+@dataclass
+class Case:
+    name: str
+    num_prompts: int
+    prompt_len: int
+    n: int
+    new_tokens: int
+
+
+GPU_CASES = [Case("a", 256, 256, 1, 256), Case("b", 64, 512, 8, 512)]
+TINY_CASES = [Case("a", 32, 32, 1, 32), Case("b", 8, 64, 8, 64)]
+
+
+def qwen2_config(tiny: bool) -> Qwen2Config:
+    if tiny:
+        sizes = dict(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    else:  # Qwen2-0.5B
+        sizes = dict(
+            vocab_size=151936,
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+        )
+    config = Qwen2Config(**sizes, max_position_embeddings=2048, tie_word_embeddings=True)
+    config.architectures = ["Qwen2ForCausalLM"]
+    return config
+
+
+def decode_bound_seconds(model: torch.nn.Module, case: Case, dtype_bytes: int) -> float:
+    """Lower bound of one mid-generation decode step: read all weights and the average KV context once."""
+    config = model.config
+    weights = sum(p.numel() for p in model.parameters()) * dtype_bytes
+    head_dim = config.hidden_size // config.num_attention_heads
+    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
+    rows = case.num_prompts * case.n
+    avg_context = case.prompt_len + case.new_tokens / 2
+    # With prefix sharing the prompt part is read once per group of n in the best case; count it per row here.
+    return (weights + rows * avg_context * kv_per_token) / H200_BANDWIDTH
+
+
+def run_engine(engine: LLMEngine, prompts: list[list[int]], case: Case) -> tuple[float, float]:
+    """(generated tokens/s, mean decode step seconds)."""
+    params = SamplingParams(n=case.n, temperature=1.0, max_tokens=case.new_tokens, ignore_eos=True, seed=0)
+    for prompt in prompts:
+        engine.add_request(prompt, params)
+    decode_times: list[float] = []
+    generated = 0
+    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    while engine.has_unfinished_requests():
+        step_start = time.perf_counter()
+        for out in engine.step():
+            generated += sum(len(o.token_ids) for o in out.outputs)
+        if not engine.last_step_was_prefill:
+            decode_times.append(time.perf_counter() - step_start)
+    sync()
+    elapsed = time.perf_counter() - start
+    return generated / elapsed, sum(decode_times) / max(len(decode_times), 1)
+
+
+@torch.no_grad()
+def run_hf(model: torch.nn.Module, prompts: list[list[int]], case: Case) -> float:
+    ids = torch.tensor(prompts, device=model.device).repeat_interleave(case.n, dim=0)
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        max_new_tokens=case.new_tokens,
+        min_new_tokens=case.new_tokens,
+        pad_token_id=0,
+    )
+    sync()
+    return (out.shape[0] * (out.shape[1] - ids.shape[1])) / (time.perf_counter() - start)
+
+
+def profile_decode(engine: LLMEngine, prompts: list[list[int]], case: Case) -> None:
+    """torch.profiler over 5 decode steps in the middle of a generation."""
+    from torch.profiler import ProfilerActivity, profile
+
+    params = SamplingParams(n=case.n, temperature=1.0, max_tokens=case.new_tokens, ignore_eos=True, seed=0)
+    for prompt in prompts:
+        engine.add_request(prompt, params)
+    for _ in range(20):
+        engine.step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if engine.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(5):
+            engine.step()
+    sort_by = "cuda_time_total" if engine.device.type == "cuda" else "cpu_time_total"
+    print(prof.key_averages().table(sort_by=sort_by, row_limit=14, max_name_column_width=50))
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=6, max_name_column_width=50))
+    while engine.has_unfinished_requests():
+        engine.step()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny model on CPU")
+    parser.add_argument("--no-hf", action="store_true", help="skip transformers.generate")
+    parser.add_argument("--cases", default="a,b")
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of 5 decode steps")
+    args = parser.parse_args()
+    device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(qwen2_config(args.tiny)).to(device=device, dtype=dtype).eval()
+    cases = [c for c in (TINY_CASES if args.tiny else GPU_CASES) if c.name in args.cases.split(",")]
+    max_len = max(c.prompt_len + c.new_tokens for c in cases)
+    config = EngineConfig(
+        max_model_len=max_len,
+        max_num_seqs=512,
+        max_num_batched_tokens=16384,
+        gpu_memory_utilization=0.85,
+        kv_cache_bytes=2**26,
+        enforce_eager=args.enforce_eager,
+    )
+    engine = LLMEngine(model, config)
+    print(
+        f"device={device} dtype={dtype} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+        f"kv_blocks={engine.block_manager.num_blocks}"
+    )
+    for case in cases:
+        prompts = torch.randint(100, model.config.vocab_size - 100, (case.num_prompts, case.prompt_len)).tolist()
+        run_engine(engine, prompts, case)  # warm-up: captures the CUDA graphs of this shape
+        if args.profile:
+            profile_decode(engine, prompts, case)
+        tokens_per_s, step_s = run_engine(engine, prompts, case)
+        line = (
+            f"case ({case.name}) {case.num_prompts}x{case.prompt_len} n={case.n} -> {case.new_tokens}: "
+            f"engine {tokens_per_s:,.0f} tok/s, decode step {step_s * 1e3:.2f} ms"
+        )
+        if device == "cuda":
+            bound = decode_bound_seconds(model, case, 2)
+            line += f" (bandwidth bound {bound * 1e3:.2f} ms, {bound / step_s:.0%} of it)"
+        if not args.no_hf:
+            hf_tokens_per_s = run_hf(model, prompts, case)
+            line += f"; transformers.generate {hf_tokens_per_s:,.0f} tok/s; ratio {tokens_per_s / hf_tokens_per_s:.1f}x"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

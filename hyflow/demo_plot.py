@@ -1,0 +1,141 @@
+"""What `hyflow demo` shows: a compact live table of each step, and the curves saved as a PNG (or CSV).
+
+    table = DemoTable(stream=sys.stdout)
+    table.log({"critic/score/mean": 0.4, "val-core/arith/acc/mean@1": 0.3}, step=1)   # one row per step
+    save_curves(table.rows, "out/demo")        # out/demo/curves.png with matplotlib, else out/demo/curves.csv
+
+`DemoTable` is a tracking backend (it has Tracking's `log` / `log_generations` / `finish`), so the demo adds it to
+the PPO trainer's `Tracking` next to (or instead of) the console logger. The PNG needs matplotlib
+(`pip install matplotlib`, or the `demo` extra); without it the curves are written as CSV, which any spreadsheet
+or `python -c "import pandas as pd; pd.read_csv('curves.csv').plot(x='step')"` draws.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TextIO
+
+logger = logging.getLogger(__name__)
+
+SCORE_KEY = "critic/score/mean"
+STEP_TIME_KEY = "timing_s/step"
+
+
+def val_accuracy(data: dict[str, float]) -> float | None:
+    """The headline validation accuracy of a metrics dict: the mean of `val-core/<source>/acc/mean@N` (else of
+    `.../reward/mean@N`) over data sources, or None when the step did not validate."""
+    for var in ("acc", "reward"):
+        values = [v for k, v in data.items() if k.startswith("val-core/") and f"/{var}/mean@" in k]
+        if values:
+            return sum(values) / len(values)
+    return None
+
+
+@dataclass
+class CurvePoint:
+    """One row of the demo's table and curves (NaN where a step has no such value)."""
+
+    phase: str  # "sft" or "grpo"
+    step: int
+    train_loss: float = math.nan  # SFT: token-mean NLL of the assistant tokens
+    reward: float = math.nan  # GRPO: mean task score of the step's samples
+    val_accuracy: float = math.nan
+    seconds: float = math.nan
+
+
+def _cell(value: float, width: int, digits: int = 3) -> str:
+    return f"{'-':>{width}}" if math.isnan(value) else f"{value:>{width}.{digits}f}"
+
+
+class DemoTable:
+    """Prints one short row per step and keeps the rows for `save_curves`."""
+
+    def __init__(self, phase: str = "grpo", stream: TextIO | None = None) -> None:
+        self.phase = phase
+        self.stream = stream or sys.stdout
+        self.rows: list[CurvePoint] = []
+        self._printed_header = False
+
+    def header(self) -> None:
+        print(f"{'phase':<5} {'step':>5} {'loss':>7} {'reward':>7} {'val_acc':>8} {'sec':>6}", file=self.stream)
+        self._printed_header = True
+
+    def add(self, point: CurvePoint) -> None:
+        if not self._printed_header:
+            self.header()
+        self.rows.append(point)
+        cells = [
+            f"{point.phase:<5} {point.step:>5}",
+            _cell(point.train_loss, 7),
+            _cell(point.reward, 7),
+            _cell(point.val_accuracy, 8),
+            _cell(point.seconds, 6, 1),
+        ]
+        print(" ".join(cells), file=self.stream, flush=True)
+
+    # ---- the Tracking backend interface ----
+    def log(self, data: dict[str, float], step: int) -> None:
+        """A PPO trainer step (or the validation before training, at step 0)."""
+        accuracy = val_accuracy(data)
+        point = CurvePoint(
+            self.phase,
+            step,
+            reward=data.get(SCORE_KEY, math.nan),
+            val_accuracy=math.nan if accuracy is None else accuracy,
+            seconds=data.get(STEP_TIME_KEY, math.nan),
+        )
+        self.add(point)
+
+    def log_generations(self, samples: Sequence[tuple[str, str, float]], step: int) -> None:
+        for prompt, response, score in samples[:2]:
+            prompt_tail = prompt[-60:].replace("\n", " ")
+            print(f"      sample: ...{prompt_tail!r} -> {response.strip()!r} (score {score:g})", file=self.stream)
+
+    def finish(self) -> None:
+        self.stream.flush()
+
+
+def save_curves(rows: Sequence[CurvePoint], folder: str | os.PathLike, title: str = "hyflow demo") -> str:
+    """Write the curves to `folder/curves.png` (matplotlib) or `folder/curves.csv`; return the path written."""
+    os.makedirs(folder, exist_ok=True)
+    csv_path = os.path.join(folder, "curves.csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(CurvePoint("", 0))))
+        writer.writeheader()
+        writer.writerows(asdict(row) for row in rows)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.info("matplotlib is not installed: curves written as CSV only (%s)", csv_path)
+        return csv_path
+    png_path = os.path.join(folder, "curves.png")
+    fig, (sft_ax, rl_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    _plot(sft_ax, [r for r in rows if r.phase == "sft"], [("train_loss", "train loss")], "SFT")
+    _plot(
+        rl_ax, [r for r in rows if r.phase == "grpo"], [("reward", "reward"), ("val_accuracy", "val accuracy")], "GRPO"
+    )
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return png_path
+
+
+def _plot(axis, rows: Sequence[CurvePoint], series: list[tuple[str, str]], name: str) -> None:
+    for field_name, label in series:
+        points = [(r.step, getattr(r, field_name)) for r in rows if not math.isnan(getattr(r, field_name))]
+        if points:
+            axis.plot(*zip(*points), marker="o" if len(points) < 30 else None, label=label)
+    axis.set_title(name)
+    axis.set_xlabel("step")
+    axis.grid(alpha=0.3)
+    axis.legend()

@@ -1,0 +1,82 @@
+"""LoRA through `peft`: wrap a causal LM with adapters, and fold adapters back into plain weights.
+
+    lm = apply_lora(lm, lora_rank=8, lora_alpha=16, target_modules="all-linear")   # only adapters train
+    with lm.disable_adapter(): ...                                                # the reference policy
+    for name, tensor in merged_hf_weights(policy_named_tensors, scaling=16 / 8): ...   # W + s·B·A, HF names
+
+LoRA (Hu et al. 2021, arXiv:2106.09685): a frozen weight W (out, in) gets a trainable low-rank update,
+W' = W + (α / r) · B · A, with A (r, in) and B (out, r); B starts at zero so training starts from the base model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+import torch
+from torch import nn
+
+ADAPTER = "default"
+_LORA_PIECE = re.compile(r"^(?P<module>.+)\.(?P<piece>base_layer|lora_A\.\w+|lora_B\.\w+)\.(?P<param>weight|bias)$")
+_PREFIXES = ("lm.", "base_model.model.")
+
+
+def apply_lora(
+    lm: nn.Module,
+    lora_rank: int,
+    lora_alpha: int,
+    target_modules: str | list[str] = "all-linear",
+    exclude_modules: str | list[str] | None = None,
+) -> nn.Module:
+    """Wrap `lm` in a `peft` LoRA model (adapter "default"); base weights are frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    if lora_rank <= 0:
+        raise ValueError(f"actor_rollout_ref.model.lora_rank={lora_rank} must be > 0 to use LoRA (0 turns it off).")
+    config = LoraConfig(
+        r=lora_rank,
+        lora_alpha=lora_alpha,
+        target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+        exclude_modules=exclude_modules,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(lm, config)
+
+
+def hf_name(name: str) -> str:
+    """Strip the wrappers' prefixes (`lm.` of PolicyModel, `base_model.model.` of peft) from a parameter name."""
+    for prefix in _PREFIXES:
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    return name
+
+
+def merged_hf_weights(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], scaling: float
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Turn a (possibly LoRA-wrapped) policy's tensors into Hugging Face names and weights, folding adapters in.
+
+    Tensors of a LoRA-wrapped linear (`X.base_layer.weight`, `X.lora_A.default.weight`, `X.lora_B.default.weight`)
+    are buffered until all three arrived, then yielded once as `X.weight` = W + scaling · B · A. Everything else
+    streams through with its name cleaned.
+    """
+    pending: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in named_tensors:
+        name = hf_name(name)
+        match = _LORA_PIECE.match(name)
+        if match is None:
+            yield name, tensor
+            continue
+        module, piece, param = match["module"], match["piece"], match["param"]
+        if piece == "base_layer" and param == "bias":
+            yield f"{module}.bias", tensor
+            continue
+        parts = pending.setdefault(module, {})
+        parts[piece.split(".")[0]] = tensor
+        if len(parts) == 3:
+            del pending[module]
+            base, a, b = parts["base_layer"], parts["lora_A"], parts["lora_B"]
+            delta = (b.float() @ a.float()) * scaling
+            yield f"{module}.weight", (base.float() + delta).to(base.dtype)
+    assert not pending, f"LoRA pieces without their partners: {sorted(pending)}"

@@ -1,0 +1,197 @@
+"""The tiny-model kit: a small tokenizer and a small decoder model, saved as a normal Hugging Face folder.
+
+Tests and `hyflow demo` use it so that nothing is downloaded:
+
+    from hyflow.models.tiny import build_tiny_model, build_tiny_tokenizer
+    path = build_tiny_model("/tmp/tiny-qwen2", arch="qwen2")          # model + tokenizer, random init (seeded)
+    model = AutoModelForCausalLM.from_pretrained(path)                   # works with HF_HUB_OFFLINE=1
+
+The tokenizer is a byte-level BPE trained in well under a second on a small built-in text (digits are always
+single tokens, so arithmetic stays learnable), with Qwen-style special tokens (`<|im_start|>`, `<|im_end|>`,
+`<|endoftext|>` as pad) and a ChatML chat template that renders `tools` and Hermes `<tool_call>` blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import string
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
+
+logger = logging.getLogger(__name__)
+
+IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+SPECIAL_TOKENS = [PAD, IM_START, IM_END]
+# Tool markup: plain (non-special) added tokens, so they survive `skip_special_tokens=True` like Qwen's.
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+
+SUPPORTED_ARCHS = ("qwen2", "llama", "qwen3", "mistral")
+
+# ChatML with Hermes-style tools, written for hyflow. `tools` go into the system turn as JSON lines; assistant
+# tool calls render as <tool_call>{json}</tool_call>; tool results go back in a user turn as <tool_response>.
+CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions. Function signatures are inside <tools></tools>:' }}"
+    "{{- '\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each call, return a JSON object with the function name and arguments inside "
+    '<tool_call></tool_call>:\\n<tool_call>\\n{\\"name\\": <name>, \\"arguments\\": <args>}\\n</tool_call>'
+    "<|im_end|>\\n' }}"
+    "{%- elif messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'system' %}"
+    "{%- if not loop.first %}{{- '<|im_start|>system\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- elif message['role'] == 'user' %}"
+    "{{- '<|im_start|>user\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if message['content'] %}{{- message['content'] }}{%- endif %}"
+    "{%- for call in message.get('tool_calls') or [] %}"
+    "{%- set fn = call['function'] if call['function'] is defined else call %}"
+    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def _training_text() -> list[str]:
+    """A small built-in corpus: digits, operators, letters, chat and tool markup, a little English."""
+    lines = [
+        string.ascii_letters,
+        string.digits + " " + string.punctuation,
+        "What is 12 + 34? Let's think step by step. 12 + 34 = 46. The answer is 46. #### 46",
+        "Compute 7 * 8 - 5 / 2 = 53.5 and (3 + 4) ** 2 = 49. Answer: \\boxed{49}",
+        "Using the numbers [3, 5, 7], create an equation that equals 22. <answer>3 * 5 + 7</answer>",
+        "You are a helpful assistant. Please reason step by step, and put your final answer within \\boxed{}.",
+        '{"name": "calculator", "arguments": {"expression": "2 + 2"}} {"type": "function", "function": {}}',
+        "the quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG.",
+        "system user assistant tool tools function name arguments description parameters properties required",
+        "question answer solution result number sum product difference equation search query retrieve document",
+    ]
+    return lines * 4
+
+
+def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on the built-in text and wrap it as a chat tokenizer (deterministic, ~0.1 s)."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_training_text(), trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD,
+        eos_token=IM_END,
+        unk_token=None,
+        bos_token=None,
+        additional_special_tokens=[IM_START, IM_END],
+        padding_side="left",
+        model_max_length=4096,
+    )
+    wrapped.add_tokens(TOOL_TOKENS)
+    wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, path: str | os.PathLike) -> None:
+    """Save the tokenizer so that both transformers 4.x and 5.x load it (class named `PreTrainedTokenizerFast`)."""
+    tokenizer.save_pretrained(path)
+    config_file = os.path.join(path, "tokenizer_config.json")
+    with open(config_file) as f:
+        tokenizer_config = json.load(f)
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    with open(config_file, "w") as f:
+        json.dump(tokenizer_config, f, indent=2)
+
+
+def _model_config(arch: str, vocab_size: int, tokenizer: PreTrainedTokenizerFast, **sizes: int):
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"build_tiny_model: arch={arch!r} is not supported; use one of {list(SUPPORTED_ARCHS)}.")
+    hidden_size, num_heads = sizes["hidden_size"], sizes["num_attention_heads"]
+    if hidden_size % num_heads or num_heads % sizes["num_key_value_heads"]:
+        raise ValueError(
+            f"build_tiny_model: hidden_size={hidden_size}, num_attention_heads={num_heads}, "
+            f"num_key_value_heads={sizes['num_key_value_heads']}: heads must divide hidden_size and kv heads must "
+            "divide heads; pick e.g. hidden_size=64, num_attention_heads=4, num_key_value_heads=2."
+        )
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+    return AutoConfig.for_model(
+        arch,
+        vocab_size=vocab_size,
+        head_dim=hidden_size // num_heads,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos_id,
+        bos_token_id=None,
+        **sizes,
+    )
+
+
+def build_tiny_model(
+    path: str | os.PathLike,
+    arch: str = "qwen2",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 2048,
+    seed: int = 0,
+    tokenizer: PreTrainedTokenizerFast | None = None,
+) -> str:
+    """Save a randomly initialised (seeded) decoder model and its tokenizer to `path`; return the path.
+
+    The folder holds `config.json`, `model.safetensors`, `generation_config.json` and the tokenizer files, so
+    `AutoModelForCausalLM.from_pretrained(path)` and `AutoTokenizer.from_pretrained(path)` load it offline.
+    """
+    tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
+    vocab_size = ((len(tokenizer) + 63) // 64) * 64  # padded like real checkpoints; extra rows are never sampled
+    config = _model_config(
+        arch,
+        vocab_size,
+        tokenizer,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+    )
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    eos_ids = [tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(PAD)]
+    model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id)
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path)
+    save_tokenizer(tokenizer, path)
+    num_params = sum(p.numel() for p in model.parameters())
+    logger.info("built tiny %s model (%d params, vocab %d) at %s", arch, num_params, vocab_size, path)
+    return path

@@ -1,0 +1,65 @@
+"""The critic model: a decoder backbone (a causal LM without its LM head) plus a scalar value head.
+
+    values = ValueModel(backbone, hidden_size)(input_ids, attention_mask, position_ids)     # (B, T) float32
+
+The head is a `Linear(hidden_size, 1)`, zero-initialised so a fresh critic predicts 0 everywhere. It is stored
+next to the backbone weights as `value_head.safetensors` (`weight`, `bias`) so `load_value_model` can restore it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+class ValueModel(nn.Module):
+    """Backbone + `Linear(hidden_size, 1)`; `forward` returns one value per position, in float32."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    @property
+    def config(self):
+        return self.backbone.config
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        # .clone(): FSDP2 mishandles in-place ops on root outputs that are views (and warns about them).
+        return self.value_head(hidden).squeeze(-1).float().clone()
+
+    def value_head_state(self) -> dict[str, torch.Tensor]:
+        return {name: tensor.detach().cpu().contiguous() for name, tensor in self.value_head.state_dict().items()}
+
+    def load_value_head_if_present(self, path: str) -> bool:
+        """Load `value_head.safetensors` from `path` if it exists; return whether it did."""
+        file = os.path.join(path, VALUE_HEAD_FILE)
+        if not os.path.isfile(file):
+            logger.info("no %s in %s: the value head starts at zero", VALUE_HEAD_FILE, path)
+            return False
+        state = load_file(file)
+        self.value_head.load_state_dict({k: v.to(self.value_head.weight.dtype) for k, v in state.items()})
+        return True
+
+
+def save_value_head(state: dict[str, torch.Tensor], path: str) -> None:
+    """Write a value head's `weight` / `bias` to `path/value_head.safetensors`."""
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(path, VALUE_HEAD_FILE))

@@ -1,0 +1,58 @@
+"""DataProto in and out of a rollout: unpadded prompts from a left-padded batch, and responses packed back into the
+layout the actor expects. Shared by the engine rollout and the `transformers.generate` fallback.
+
+In:  input_ids, attention_mask, position_ids (B, P), prompts left-padded.
+Out: prompts (B, P); responses, response_mask, rollout_log_probs (B, R), right-padded to R = response_length;
+     input_ids, attention_mask, position_ids (B, P + R); non-tensor finish_reason (B,).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from hyflow import fields as F
+from hyflow.protocol import DataProto
+
+
+def unpadded_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """The real tokens of each left-padded prompt row."""
+    return [row[mask.bool()].tolist() for row, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+
+
+def pack_responses(
+    prompt_batch: DataProto,
+    responses: list[list[int]],
+    log_probs: list[list[float]],
+    finish_reasons: list[str],
+    response_length: int,
+    pad_token_id: int,
+) -> DataProto:
+    """The rollout output for `prompt_batch` (which keeps its non-tensor fields and meta_info)."""
+    prompts = prompt_batch.batch[F.INPUT_IDS]
+    prompt_mask = prompt_batch.batch[F.ATTENTION_MASK]
+    prompt_positions = prompt_batch.batch[F.POSITION_IDS]
+    batch_size, device = prompts.shape[0], prompts.device
+    response_ids = torch.full((batch_size, response_length), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros(batch_size, response_length, dtype=torch.long)
+    response_log_probs = torch.zeros(batch_size, response_length, dtype=torch.float32)
+    for i, (tokens, lps) in enumerate(zip(responses, log_probs)):
+        tokens, lps = tokens[:response_length], lps[:response_length]
+        response_ids[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        response_mask[i, : len(tokens)] = 1
+        response_log_probs[i, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
+    response_ids, response_mask = response_ids.to(device), response_mask.to(device)
+    steps = torch.arange(1, response_length + 1, device=device).unsqueeze(0)
+    response_positions = prompt_positions[:, -1:] + steps
+    tensors = {
+        F.PROMPTS: prompts,
+        F.RESPONSES: response_ids,
+        F.RESPONSE_MASK: response_mask,
+        F.ROLLOUT_LOG_PROBS: response_log_probs.to(device),
+        F.INPUT_IDS: torch.cat([prompts, response_ids], dim=1),
+        F.ATTENTION_MASK: torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1),
+        F.POSITION_IDS: torch.cat([prompt_positions, response_positions], dim=1),
+    }
+    non_tensors = dict(prompt_batch.non_tensor_batch)
+    non_tensors[F.FINISH_REASON] = np.array(finish_reasons, dtype=object)
+    return DataProto.from_dict(tensors, non_tensors, dict(prompt_batch.meta_info))

@@ -1,0 +1,166 @@
+"""Runs one engine step on the device: flatten the scheduled sequences into model inputs, forward over the paged
+KV cache, and sample. On CUDA, decode steps replay CUDA graphs captured for a ladder of batch sizes.
+
+Inputs of one step (T new tokens from B sequences, see attention.py for the metadata):
+    input_ids (T,), positions (T,), AttentionMetadata; logits (B, V) at each sequence's last new token.
+"""
+
+from __future__ import annotations
+
+import array
+
+import torch
+
+from hyflow.rollout.attention import AttentionMetadata
+from hyflow.rollout.config import EngineConfig
+from hyflow.rollout.cuda_graphs import DecodeGraphs
+from hyflow.rollout.kv_cache import KVCache
+from hyflow.rollout.models.llama import DecoderForCausalLM
+from hyflow.rollout.sampler import SamplingTensors, sample
+from hyflow.rollout.sequence import Sequence
+
+_TYPECODES = {torch.long: "q", torch.float32: "f"}
+
+
+def _to_device(rows: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host list as a device tensor: pinned memory and a non-blocking copy on CUDA.
+
+    The list goes through `array.array` (a C loop), several times faster than `torch.tensor(list)`.
+    """
+    if not rows:
+        return torch.empty(0, dtype=dtype, device=device)
+    tensor = torch.frombuffer(array.array(_TYPECODES[dtype], rows), dtype=dtype)  # keeps the array alive
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def prepare_inputs(
+    seqs: list[Sequence], block_size: int, pad_block: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """Flattens the uncomputed tokens of each sequence (`token_ids[num_computed_tokens:]`) into one step.
+
+    The host builds flat lists and sends them in one copy; the padded (B, Qmax) indices are made on the device.
+    """
+    num_seqs = len(seqs)
+    q_lens = [seq.num_tokens - seq.num_computed_tokens for seq in seqs]
+    q_max, max_blocks = max(q_lens), max(len(seq.block_table) for seq in seqs)
+    if q_max == 1:
+        return _prepare_decode(seqs, block_size, pad_block, max_blocks, device)
+    input_ids, positions, slots, tables, token_index = [], [], [], [], []
+    for b, (seq, q_len) in enumerate(zip(seqs, q_lens)):
+        start, table = len(seq) - q_len, seq.block_table
+        input_ids += seq.token_ids[start:]
+        positions += range(start, len(seq))
+        slots += [table[p // block_size] * block_size + p % block_size for p in range(start, len(seq))]
+        tables += table
+        tables += [pad_block] * (max_blocks - len(table))
+        token_index += range(b * q_max, b * q_max + q_len)
+    num_tokens = len(input_ids)
+    flat = _to_device(input_ids + positions + slots + tables + q_lens + token_index, torch.long, device)
+    sizes = [num_tokens, num_tokens, num_tokens, num_seqs * max_blocks, num_seqs, len(token_index)]
+    ids_t, positions_t, slots_t, tables_t, q_lens_t, token_index_t = flat.split(sizes)
+    ends = q_lens_t.cumsum(0)
+    offsets = torch.arange(q_max, device=device)[None, :]
+    query_index = (ends - q_lens_t)[:, None] + torch.minimum(offsets, (q_lens_t - 1)[:, None])
+    query_positions = torch.where(offsets < q_lens_t[:, None], positions_t[query_index], 0)
+    meta = AttentionMetadata(
+        slot_mapping=slots_t,
+        block_tables=tables_t.view(num_seqs, max_blocks),
+        query_index=query_index,
+        query_positions=query_positions,
+        token_index=token_index_t,
+        logits_index=ends - 1,
+        from_zero=all(seq.num_computed_tokens == 0 for seq in seqs),
+    )
+    return ids_t, positions_t, meta
+
+
+def _prepare_decode(
+    seqs: list[Sequence], block_size: int, pad_block: int, max_blocks: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """`prepare_inputs` when every sequence brings exactly one new token (its last sampled one)."""
+    input_ids, positions, slots, tables = [], [], [], []
+    padding = [pad_block] * max_blocks
+    for seq in seqs:
+        last, table = seq.num_tokens - 1, seq.block_table
+        input_ids.append(seq.token_ids[last])
+        positions.append(last)
+        slots.append(table[last // block_size] * block_size + last % block_size)
+        tables += table
+        tables += padding[len(table) :]
+    num_seqs = len(seqs)
+    flat = _to_device(input_ids + positions + slots + tables, torch.long, device)
+    ids_t, positions_t, slots_t, tables_t = flat.split([num_seqs, num_seqs, num_seqs, num_seqs * max_blocks])
+    rows = torch.arange(num_seqs, device=device)
+    meta = AttentionMetadata(
+        slot_mapping=slots_t,
+        block_tables=tables_t.view(num_seqs, max_blocks),
+        query_index=rows[:, None],
+        query_positions=positions_t[:, None],
+        token_index=rows,
+        logits_index=rows,
+    )
+    return ids_t, positions_t, meta
+
+
+def prepare_sampling(seqs: list[Sequence], device: torch.device) -> SamplingTensors:
+    """Per-row sampling settings, sent in two copies (one float, one integer)."""
+    params = [seq.params for seq in seqs]
+    floats = _to_device([p.temperature for p in params] + [p.top_p for p in params], torch.float32, device)
+    ints = [p.top_k for p in params] + [seq.seed for seq in seqs] + [seq.num_output_tokens for seq in seqs]
+    top_k, seeds, counters = _to_device(ints, torch.long, device).view(3, len(seqs))
+    temperatures, top_p = floats.view(2, len(seqs))
+    return SamplingTensors(
+        temperatures=temperatures,
+        top_k=top_k,
+        top_p=top_p,
+        seeds=seeds,
+        counters=counters,
+        need_filter=any(p.top_k > 0 or p.top_p < 1 for p in params),
+        need_raw=any(p.raw_log_probs for p in params),
+    )
+
+
+class ModelRunner:
+    def __init__(
+        self, model: DecoderForCausalLM, config: EngineConfig, num_blocks: int, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        self.model, self.config, self.device = model, config, device
+        self.block_size = config.block_size
+        self.kv_cache = KVCache(model.args, num_blocks, config.block_size, dtype, device)
+        use_graphs = device.type == "cuda" and not config.enforce_eager
+        self.graphs = DecodeGraphs(self, config) if use_graphs else None
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Eager forward: logits (B, V) at `meta.logits_index`."""
+        hidden = self.model(input_ids, positions, meta, self.kv_cache.layers, self.block_size)
+        return self.model.compute_logits(hidden[meta.logits_index])
+
+    @torch.inference_mode()
+    def run(self, seqs: list[Sequence]) -> tuple[list[int], list[float], list[float] | None]:
+        """One forward + sample for the scheduled sequences: (token ids, log-probs, raw log-probs or None)."""
+        assert self.kv_cache.allocated, "the engine is asleep; call wake() first"
+        if self.device.type != "cuda":
+            return self._run(seqs)
+        with torch.cuda.device(self.device):  # the async engine steps in worker threads, whose current device is 0
+            return self._run(seqs)
+
+    def _run(self, seqs: list[Sequence]) -> tuple[list[int], list[float], list[float] | None]:
+        input_ids, positions, meta = prepare_inputs(seqs, self.block_size, self.kv_cache.scratch_block, self.device)
+        is_decode = all(seq.num_tokens - seq.num_computed_tokens == 1 for seq in seqs)
+        if self.graphs is not None and is_decode and self.graphs.fits(len(seqs), meta):
+            logits = self.graphs.replay(input_ids, positions, meta)
+        else:
+            logits = self.forward(input_ids, positions, meta)
+        tokens, log_probs, raw = sample(logits, prepare_sampling(seqs, self.device))
+        # One deliberate host sync per step: the scheduler needs the sampled tokens.
+        return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist()
+
+    def sleep(self) -> None:
+        if self.graphs is not None:
+            self.graphs.clear()
+        self.kv_cache.free()
+
+    def wake(self) -> None:
+        self.kv_cache.allocate()

@@ -1,0 +1,192 @@
+"""Triton kernels for the CUDA fast path: decode attention straight from the paged KV cache, and a fused sampler.
+
+Both compute exactly what the PyTorch code next to them computes on CPU (attention.py, sampler.py), without the
+intermediate tensors: the decode kernel reads each sequence's K/V blocks in place (no gather copy), and the sampler
+reads the logits once to produce the sampled token and the log-sum-exps (no (B, V) noise or log-softmax tensors).
+`available()` says whether Triton and a CUDA device are there; otherwise callers use the PyTorch code.
+
+Shapes: B sequences, H query heads, Hkv KV heads, G = H / Hkv, D head dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only installs: the PyTorch paths run instead
+    triton = None
+
+
+@functools.cache
+def available() -> bool:
+    return triton is not None and torch.cuda.is_available()
+
+
+if triton is not None:
+
+    @triton.jit
+    def _hash32(x):
+        """lowbias32 on uint32 (wrapping multiplies), identical to sampler._hash32."""
+        x = x ^ (x >> 16)
+        x = x * 0x7FEB352D
+        x = x ^ (x >> 15)
+        x = x * 0x1B873593
+        return x ^ (x >> 16)
+
+    @triton.jit
+    def _sample_kernel(
+        logits_ptr,
+        stride,
+        temps_ptr,
+        seeds_ptr,
+        counters_ptr,
+        tokens_ptr,
+        lse_ptr,
+        raw_lse_ptr,
+        vocab_size,
+        BLOCK: tl.constexpr,
+    ):
+        row = tl.program_id(0)
+        temp = tl.load(temps_ptr + row)
+        greedy = temp == 0.0
+        divisor = tl.where(greedy, 1.0, temp)
+        seed = (tl.load(seeds_ptr + row) & 0xFFFFFFFF).to(tl.uint32)
+        counter = (tl.load(counters_ptr + row) & 0xFFFFFFFF).to(tl.uint32)
+        row_hash = _hash32(_hash32(seed) ^ counter)
+        best_key, best_index = -float("inf"), 0
+        m, s, raw_m, raw_s = -1e30, 0.0, -1e30, 0.0
+        for start in range(0, vocab_size, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            valid = cols < vocab_size
+            z = tl.load(logits_ptr + row * stride + cols, mask=valid, other=-float("inf")).to(tl.float32)
+            scaled = z / divisor
+            mix = (cols.to(tl.uint64) * 0x9E3779B1).to(tl.uint32)
+            bits = _hash32(_hash32(row_hash ^ mix))
+            uniform = ((bits >> 8).to(tl.float32) + 0.5) / 16777216.0
+            key = tl.where(greedy, z, scaled - tl.log(-tl.log(uniform)))
+            key = tl.where(valid, key, -float("inf"))
+            block_best = tl.max(key, 0)
+            if block_best > best_key:
+                best_key, best_index = block_best, start + tl.argmax(key, 0)
+            new_m = tl.maximum(m, tl.max(scaled, 0))
+            s = s * tl.exp(m - new_m) + tl.sum(tl.where(valid, tl.exp(scaled - new_m), 0.0), 0)
+            m = new_m
+            new_raw_m = tl.maximum(raw_m, tl.max(z, 0))
+            raw_s = raw_s * tl.exp(raw_m - new_raw_m) + tl.sum(tl.where(valid, tl.exp(z - new_raw_m), 0.0), 0)
+            raw_m = new_raw_m
+        tl.store(tokens_ptr + row, best_index)
+        tl.store(lse_ptr + row, m + tl.log(s))
+        tl.store(raw_lse_ptr + row, raw_m + tl.log(raw_s))
+
+    @triton.jit
+    def _decode_attention_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        out_ptr,
+        tables_ptr,
+        pos_ptr,
+        q_stride,
+        k_stride_block,
+        k_stride_slot,
+        table_stride,
+        out_stride,
+        scale,
+        WINDOW: tl.constexpr,
+        GROUP: tl.constexpr,
+        GROUP_PAD: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        DIM_PAD: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        b, kv_head = tl.program_id(0), tl.program_id(1)
+        pos = tl.load(pos_ptr + b)
+        g, d = tl.arange(0, GROUP_PAD), tl.arange(0, DIM_PAD)
+        head_ok, dim_ok = g < GROUP, d < HEAD_DIM
+        heads = kv_head * GROUP + g
+        q_mask = head_ok[:, None] & dim_ok[None, :]
+        q = tl.load(q_ptr + b * q_stride + heads[:, None] * HEAD_DIM + d[None, :], mask=q_mask, other=0.0)
+        m_i = tl.full([GROUP_PAD], -1e30, tl.float32)
+        l_i = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
+        low = pos * 0  # int64, like pos
+        if WINDOW > 0:
+            low = tl.maximum(pos - WINDOW + 1, 0)
+        for start in range(low, pos + 1, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
+            valid = n <= pos
+            block = tl.load(tables_ptr + b * table_stride + n // BLOCK_SIZE, mask=valid, other=0)
+            offsets = block.to(tl.int64) * k_stride_block + (n % BLOCK_SIZE) * k_stride_slot + kv_head * HEAD_DIM
+            kv_mask = valid[:, None] & dim_ok[None, :]
+            k = tl.load(k_ptr + offsets[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+            scores = tl.where(valid[None, :], scores, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(scores, 1))
+            p = tl.exp(scores - m_new[:, None])
+            alpha = tl.exp(m_i - m_new)
+            v = tl.load(v_ptr + offsets[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            m_i = m_new
+        out = acc / l_i[:, None]
+        tl.store(out_ptr + b * out_stride + heads[:, None] * HEAD_DIM + d[None, :], out.to(q.dtype), mask=q_mask)
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    positions: torch.Tensor,
+    scale: float,
+    window: int | None,
+) -> torch.Tensor:
+    """Attention of one new query per sequence (B, H, D) over its cached context (positions 0..pos); (B, H, D)."""
+    batch, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    group = num_heads // num_kv_heads
+    q = q.contiguous()
+    out = torch.empty_like(q)
+    _decode_attention_kernel[(batch, num_kv_heads)](
+        q,
+        k_cache,
+        v_cache,
+        out,
+        block_tables,
+        positions,
+        q.stride(0),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        block_tables.stride(0),
+        out.stride(0),
+        scale,
+        WINDOW=window or 0,
+        GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_SIZE=block_size,
+        BLOCK_N=64,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
+    return out
+
+
+def fused_sample(
+    logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens (B,), logsumexp of logits / T (B,), logsumexp of logits (B,)) with sampler.py's Gumbel noise."""
+    batch, vocab_size = logits.shape
+    tokens = torch.empty(batch, dtype=torch.int64, device=logits.device)
+    lse = torch.empty(batch, dtype=torch.float32, device=logits.device)
+    raw_lse = torch.empty_like(lse)
+    _sample_kernel[(batch,)](
+        logits, logits.stride(0), temperatures, seeds, counters, tokens, lse, raw_lse, vocab_size, BLOCK=2048
+    )
+    return tokens, lse, raw_lse

@@ -1,0 +1,182 @@
+"""The rollout object the actor worker composes: `generate_sequences(DataProto) -> DataProto`, `load_weights`,
+`sleep`, `wake`, and `await generate(...)` for agent loops.
+
+    rollout = build_rollout(config.actor_rollout_ref.rollout, model_path, tokenizer)
+    out = rollout.generate_sequences(prompts)     # prompts: input_ids / attention_mask / position_ids, left-padded
+    rollout.load_weights(actor_named_tensors)     # HF names; in place, never through disk
+    rollout.sleep(); ...train...; rollout.wake()
+
+`rollout.name=hyflow` runs the engine (an architecture it does not implement falls back to `hf` with a warning);
+`rollout.name=hf` runs `transformers.generate`. Sampling comes from the rollout config (`val_kwargs` when
+`meta_info["validate"]`), overridden by `meta_info` `do_sample` / `temperature`. `n` is 1 here: the trainer repeats
+prompts itself. On CPU the engine computes in float32 (CPU bf16 matmuls are slow and would drift from the actor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from hyflow import fields as F
+from hyflow.protocol import DataProto
+from hyflow.rollout.async_engine import AsyncLLMEngine
+from hyflow.rollout.batch import pack_responses, unpadded_prompts
+from hyflow.rollout.config import EngineConfig, SamplingParams
+from hyflow.rollout.engine import LLMEngine
+from hyflow.rollout.hf_rollout import HFRollout
+from hyflow.rollout.models import is_supported
+from hyflow.rollout.sequence import CompletionOutput
+
+logger = logging.getLogger(__name__)
+
+
+def sampling_for_batch(config: Any, meta_info: dict[str, Any]) -> SamplingParams:
+    """SamplingParams of one generate_sequences call from the rollout config and the batch's meta_info."""
+    source = config.val_kwargs if meta_info.get(F.VALIDATE, False) else config
+    do_sample = meta_info.get(F.DO_SAMPLE, source.do_sample)
+    temperature = meta_info.get(F.TEMPERATURE, source.temperature) if do_sample else 0.0
+    return SamplingParams(
+        temperature=temperature,
+        top_p=source.top_p if do_sample else 1.0,
+        top_k=source.top_k if do_sample else -1,
+        max_tokens=config.response_length,
+        ignore_eos=config.ignore_eos,
+    )
+
+
+def row_sampling_params(params: SamplingParams, seed: int | None, num_rows: int) -> SamplingParams | list:
+    """With a batch seed (`meta_info["seed"]`), one SamplingParams per row whose seed derives from (batch seed,
+    rank, row), so a batch samples the same tokens whatever the engine generated before (e.g. after a resume);
+    without one, the shared `params` (the engine draws the seeds)."""
+    if seed is None:
+        return params
+    rank = int(os.environ.get("RANK", "0"))
+    return [dataclasses.replace(params, seed=hash((int(seed), rank, row)) & 0xFFFFFFFF) for row in range(num_rows)]
+
+
+def engine_config_from_rollout(config: Any) -> EngineConfig:
+    if config.tensor_model_parallel_size != 1:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={config.tensor_model_parallel_size} is not "
+            "supported yet: hyflow's engine runs one full model copy per device. Set it to 1."
+        )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    max_model_len = config.max_model_len or config.prompt_length + config.response_length
+    return EngineConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=max(config.max_num_batched_tokens, max_model_len),
+        max_model_len=max_model_len,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        dtype=config.dtype if device == "cuda" else "float32",
+        device=device,
+        enforce_eager=config.enforce_eager,
+    )
+
+
+def hf_weight_names(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Plain HF names from wrapped models: strips peft's `base_model.model.`, `.base_layer`, torch.compile's
+    `_orig_mod.` and FSDP1's `_fsdp_wrapped_module.`; unmerged LoRA weights are an error."""
+    for name, tensor in weights:
+        if "lora_" in name:
+            raise ValueError(
+                f"weight {name!r} is an unmerged LoRA adapter; merge the adapters into the base "
+                "weights (peft merge) before loading them into the rollout"
+            )
+        name = name.removeprefix("base_model.model.").replace("_orig_mod.", "").replace("_fsdp_wrapped_module.", "")
+        yield name.replace(".base_layer.", "."), tensor
+
+
+class EngineRollout:
+    """Rollout on hyflow's engine; `async_engine` serves agent loops on the same engine and KV cache."""
+
+    def __init__(self, model: str | nn.Module, config: Any, tokenizer: Any) -> None:
+        self.config = config
+        self.engine = LLMEngine(model, engine_config_from_rollout(config), tokenizer)
+        self.async_engine = AsyncLLMEngine(self.engine)
+        pad = tokenizer.pad_token_id if tokenizer is not None else None
+        self.pad_token_id = pad if pad is not None else min(self.engine.eos_token_ids, default=0)
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        params = sampling_for_batch(self.config, prompts.meta_info)
+        eos = prompts.meta_info.get(F.EOS_TOKEN_ID)
+        if eos is not None:
+            self.engine.eos_token_ids |= set(eos if isinstance(eos, list) else [eos])
+        prompt_ids = unpadded_prompts(prompts.batch[F.INPUT_IDS], prompts.batch[F.ATTENTION_MASK])
+        params = row_sampling_params(params, prompts.meta_info.get(F.SEED), len(prompt_ids))
+        outputs = [out.outputs[0] for out in self.engine.generate(prompt_ids, params)]
+        return pack_responses(
+            prompts,
+            [o.token_ids for o in outputs],
+            [o.log_probs for o in outputs],
+            [o.finish_reason for o in outputs],
+            self.config.response_length,
+            self.pad_token_id,
+        )
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams | dict, request_id: str | None = None
+    ) -> CompletionOutput:
+        """One request through the shared async step loop (agent loops call this concurrently)."""
+        return (await self.async_engine.generate(prompt_token_ids, params, request_id)).outputs[0]
+
+    async def abort(self, request_id: str) -> None:
+        await self.async_engine.abort(request_id)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
+        return self.engine.load_weights(hf_weight_names(weights))
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake(self) -> None:
+        self.engine.wake()
+
+
+def _load_hf_model(source: str | nn.Module, dtype: str) -> nn.Module:
+    if isinstance(source, nn.Module):
+        return source
+    import transformers
+    from packaging.version import Version
+    from transformers import AutoModelForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch_dtype = getattr(torch, dtype) if device == "cuda" else torch.float32
+    # transformers 4.56 renamed `torch_dtype` to `dtype`; older versions would silently ignore `dtype`.
+    key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    return AutoModelForCausalLM.from_pretrained(source, **{key: torch_dtype}).to(device)
+
+
+def build_rollout(config: Any, model: str | nn.Module, tokenizer: Any) -> EngineRollout | HFRollout:
+    """The rollout for `config` (a RolloutConfig): hyflow's engine, or the transformers fallback."""
+    if config.name not in ("hyflow", "hf"):
+        raise ValueError(
+            f"actor_rollout_ref.rollout.name={config.name!r} is not available in hyflow; use 'hyflow' "
+            "(the built-in engine) or 'hf' (transformers.generate)"
+        )
+    if config.name == "hyflow":
+        hf_config = model.config if isinstance(model, nn.Module) else _auto_config(model)
+        if is_supported(hf_config):
+            return EngineRollout(model, config, tokenizer)
+        logger.warning(
+            "rollout: the hyflow engine does not implement %s; falling back to rollout.name=hf "
+            "(transformers.generate, slower)",
+            getattr(hf_config, "architectures", None),
+        )
+    return HFRollout(
+        _load_hf_model(model, config.dtype),
+        tokenizer,
+        config.response_length,
+        lambda meta: dataclasses.replace(sampling_for_batch(config, meta), seed=meta.get(F.SEED)),
+    )
+
+
+def _auto_config(path: str) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(path)

@@ -1,0 +1,382 @@
+"""`PPOTrainer`: the single controller. `fit()` is the RL dataflow as a plain loop over prompt batches.
+
+    config = load_config([...])                  # or python -m hyflow.trainer.main_ppo key=value ...
+    run(config)                                   # = PPOTrainer(config).init_workers(); .fit()
+
+One step (`train_step`), each stage timed (`timing_s/<stage>`):
+
+    prompts ─ uid per prompt, repeat rollout.n ─ gen (engine or agent loop) ─ reward ─ old_log_prob ─ ref
+      ─ values ─ KL in reward (or scores as rewards) ─ adv ─ update_critic ─ update_actor ─ metrics
+
+then validation every `trainer.test_freq` steps and a checkpoint every `trainer.save_freq` steps (and at the
+end). ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
+generates and scores more batches until enough groups with varying rewards are found (`_training_batches`).
+The controller holds no weights: the math here is the light, batch-level kind (`ppo_ops`, `metrics`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from hyflow import fields as F
+from hyflow.algorithms import get_kl_controller
+from hyflow.config import PPOTrainerConfig
+from hyflow.data.dataset import RLHFDataset
+from hyflow.data.sampler import build_dataloader
+from hyflow.protocol import DataProto
+from hyflow.reward import compute_reward, load_reward_manager
+from hyflow.trainer import stages
+from hyflow.trainer.balance import balance_batch
+from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, CheckpointManager, restore_rng_state
+from hyflow.trainer.dynamic_sampling import GroupFilter
+from hyflow.trainer.flops import compute_mfu_metrics, device_peak_flops
+from hyflow.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    reduce_metrics,
+    timer,
+)
+from hyflow.trainer.placement import WorkerGroups, build_worker_groups, check_placement
+from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask
+from hyflow.trainer.stages import Validator
+from hyflow.trainer.tracking import Tracking
+
+__all__ = ["PPOTrainer", "run"]
+
+logger = logging.getLogger(__name__)
+
+
+def run(config: PPOTrainerConfig) -> dict[str, float]:
+    """Train with a checked config (the entry `main_ppo` calls); returns the last step's metrics."""
+    trainer = PPOTrainer(config)
+    try:
+        trainer.init_workers()
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+class PPOTrainer:
+    """Builds data, rewards and trackers from the config (checking them before any worker starts), then drives
+    the worker groups. `fit()` returns the metrics of the last step (validation included)."""
+
+    def __init__(self, config: PPOTrainerConfig, tokenizer: Any = None) -> None:
+        from hyflow.models.loader import load_tokenizer
+
+        self.config = config
+        model = config.actor_rollout_ref.model
+        tokenizer_path = config.data.tokenizer or model.tokenizer_path or model.path
+        if tokenizer is None and tokenizer_path is None:
+            raise ValueError(
+                "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder "
+                "(or run `hyflow demo`, which builds a tiny model and trains it)."
+            )
+        self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=model.trust_remote_code)
+        self.train_loader = build_dataloader(self._dataset(config.data.train_files, "train"), config.data, train=True)
+        self.total_training_steps = self._total_training_steps()
+        config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
+        config.critic.optim.total_training_steps = self.total_training_steps
+        self.reward_fn = load_reward_manager(config, self.tokenizer, num_examine=0)
+        self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
+        filter_groups = config.algorithm.filter_groups
+        self.group_filter = None
+        if filter_groups.enable:
+            rollout_n, prompts = config.actor_rollout_ref.rollout.n, config.data.train_batch_size
+            self.group_filter = GroupFilter(filter_groups.metric, prompts, rollout_n, filter_groups.max_num_gen_batches)
+        trainer = config.trainer
+        self.checkpoints = CheckpointManager(
+            trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep
+        )
+        self.validator: Validator | None = None
+        if config.data.val_files:
+            val_loader = build_dataloader(self._dataset(config.data.val_files, "val"), config.data, train=False)
+            val_reward_fn = load_reward_manager(config, self.tokenizer, num_examine=1)
+            self.validator = Validator(config, self.tokenizer, val_loader, val_reward_fn)
+        check_placement(config, has_validation=self.validator is not None)
+        self.workers: WorkerGroups | None = None
+        self.agent_manager: Any = None
+        self.tracking: Tracking | None = None
+        self.global_step = 0
+        self._hf_config: Any = None
+        self._rollout_metrics: dict[str, float] = {}
+
+    # ---- set-up -----------------------------------------------------------------------------------------
+    def _dataset(self, files: Any, split: str) -> RLHFDataset:
+        data = self.config.data
+        if not files:
+            raise ValueError(
+                "data.train_files is not set: give a parquet file in the verl schema (e.g. from "
+                "`hyflow prepare-data arith --output data/arith`), or run `hyflow demo`."
+            )
+        max_samples = data.train_max_samples if split == "train" else data.val_max_samples
+        return RLHFDataset(files, self.tokenizer, data, max_samples=max_samples)
+
+    def _total_training_steps(self) -> int:
+        trainer = self.config.trainer
+        return trainer.total_training_steps or len(self.train_loader) * trainer.total_epochs
+
+    def init_workers(self) -> None:
+        """Start the worker groups (models load here), the agent-loop manager and the trackers."""
+        from hyflow.models.loader import load_model_config
+
+        config = self.config
+        self.workers = build_worker_groups(config)
+        if config.actor_rollout_ref.rollout.multi_turn.enable:
+            from hyflow.agent import AgentLoopManager
+
+            servers = self.workers.rollout_servers()  # one per rollout worker; a conversation stays on one
+            self.agent_manager = AgentLoopManager(config.actor_rollout_ref.rollout, self.tokenizer, servers)
+        model = config.actor_rollout_ref.model
+        self._hf_config = load_model_config(model.path, model.override_config, model.trust_remote_code)
+        trainer = config.trainer
+        self.tracking = Tracking(trainer.project_name, trainer.experiment_name, trainer.logger, config=config)
+
+    def close(self) -> None:
+        if self.tracking is not None:
+            self.tracking.finish()
+        if self.workers is not None:
+            self.workers.shutdown()
+
+    # ---- the loop ---------------------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        """Resume → validate → train `total_training_steps` steps → the last step's metrics."""
+        assert self.workers is not None and self.tracking is not None, "call init_workers() first"
+        trainer = self.config.trainer
+        self._load_checkpoint()
+        metrics: dict[str, float] = {}
+        if self.validator is not None and (trainer.val_before_train or trainer.val_only):
+            metrics = self.validator.run(self._generate, self.workers.reward_model, self.tracking, self.global_step)
+            self.tracking.log(metrics, step=self.global_step)
+            if trainer.val_only:
+                return metrics
+        if self.global_step >= self.total_training_steps:
+            logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
+            return metrics
+        progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
+        for epoch, batch, timing, started in self._training_batches():
+            self.global_step += 1
+            batch, metrics = self.train_step(batch, timing)
+            metrics.update(self._periodic(timing))
+            timing["step"] = time.perf_counter() - started
+            metrics.update(self._step_metrics(batch, timing, epoch))
+            self.tracking.log(metrics, step=self.global_step)
+            progress.update(1)
+            if self.global_step >= self.total_training_steps:
+                break
+        progress.close()
+        return metrics
+
+    def _training_batches(self) -> Iterator[tuple[int, DataProto, dict[str, float], float]]:
+        """(epoch, generated batch, timing so far, start time) per training step, across epochs; with dynamic
+        sampling, several generation batches are generated and scored for one training batch."""
+        timing: dict[str, float] = {}
+        started, num_gen_batches = time.perf_counter(), 0
+        while self.train_loader.epoch < self.config.trainer.total_epochs:
+            epoch = self.train_loader.epoch
+            for batch_dict in self.train_loader:
+                seed = stages.sampling_seed(self.config.trainer.seed, self.global_step + 1, num_gen_batches)
+                batch = self._rollout(stages.new_prompt_batch(batch_dict), timing, seed)
+                num_gen_batches += 1
+                if self.group_filter is not None:
+                    with timer("reward", timing):
+                        batch, _ = stages.attach_reward(self._with_rm_scores(batch), self.reward_fn)
+                    batch = self.group_filter.add(batch)
+                    if batch is None:
+                        continue
+                yield epoch, batch, timing, started
+                timing, started, num_gen_batches = {}, time.perf_counter(), 0
+        logger.info("all %d epochs done at step %d", self.config.trainer.total_epochs, self.global_step)
+
+    def _rollout(self, batch: DataProto, timing: dict[str, float], seed: int) -> DataProto:
+        """Generate `rollout.n` responses per prompt (after ReMax's greedy baseline, when it is the estimator);
+        `seed` fixes the sampling, so a resumed run samples what an uninterrupted one would."""
+        rollout = self.config.actor_rollout_ref.rollout
+        if self.config.algorithm.adv_estimator == "remax":
+            with timer("gen_max", timing):
+                batch.batch[F.REWARD_BASELINES] = self._greedy_baseline(batch)
+        batch = batch.repeat(rollout.n, interleave=True)
+        meta = {F.TEMPERATURE: rollout.temperature, F.DO_SAMPLE: rollout.do_sample, F.SEED: seed}
+        with timer("gen", timing):
+            output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
+        self._rollout_metrics = dict(output.meta_info.get(F.METRICS, {}))  # agent loops: turns, finish reasons
+        batch = stages.merge_generation(batch, output)
+        if F.RESPONSE_MASK not in batch.batch.keys():  # noqa: SIM118
+            batch.batch[F.RESPONSE_MASK] = compute_response_mask(batch)
+        batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
+        return batch
+
+    def _generate(self, gen_input: DataProto) -> DataProto:
+        """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts."""
+        if self.agent_manager is None:
+            return self.workers.actor_rollout.generate_sequences(gen_input)
+        self.workers.actor_rollout.rollout_mode()  # every worker's engine gets the actor's latest weights
+        try:
+            return self.agent_manager.generate_sequences(gen_input)
+        finally:
+            self.workers.actor_rollout.trainer_mode()
+
+    def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
+        """ReMax (Li et al. 2023, arXiv:2310.10505): the reward of one greedy response per prompt, (B,)."""
+        meta = {F.DO_SAMPLE: False, F.GLOBAL_STEPS: self.global_step}
+        output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
+        greedy = self._with_rm_scores(stages.merge_generation(batch, output))
+        scores, _ = compute_reward(greedy, self.reward_fn)
+        return stages.sequence_scores(scores)
+
+    def _with_rm_scores(self, batch: DataProto) -> DataProto:
+        """Add the reward model's `rm_scores` when `reward_model.enable` (the manager adds them to rule scores)."""
+        if self.workers.reward_model is None or F.RM_SCORES in batch.batch.keys():  # noqa: SIM118
+            return batch
+        return batch.union(self.workers.reward_model.compute_rm_score(batch))
+
+    # ---- one step ---------------------------------------------------------------------------------------
+    def train_step(self, batch: DataProto, timing: dict[str, float]) -> tuple[DataProto, dict[str, Any]]:
+        """Reward → old/ref log-probs → values → advantages → critic and actor updates, on a generated batch;
+        returns the batch with every field filled in, and the step's worker metrics."""
+        config = self.config
+        metrics: dict[str, Any] = {}
+        if config.trainer.balance_batch:
+            batch, _, balance_metrics = balance_batch(batch, self.workers.world_size)
+            metrics.update(balance_metrics)
+        reward_future = self._start_reward(batch, timing)
+        with timer("old_log_prob", timing):
+            batch = self._old_log_probs(batch, metrics)
+        if config.use_reference_policy:
+            with timer("ref", timing):
+                batch = batch.union(self.workers.actor_rollout.compute_ref_log_prob(batch))
+        if config.use_critic:
+            with timer("values", timing):
+                batch = batch.union(self.workers.critic.compute_values(batch))
+        with timer("adv", timing):
+            self._finish_reward(batch, reward_future, timing)
+            batch = self._advantages(batch, metrics)
+        if config.use_critic:
+            with timer("update_critic", timing):
+                metrics.update(reduce_metrics(self.workers.critic.update_critic(batch).meta_info[F.METRICS]))
+        if self.global_step > config.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
+            batch.meta_info[F.TEMPERATURE] = config.actor_rollout_ref.rollout.temperature
+            batch.meta_info[F.GLOBAL_STEPS] = self.global_step
+            with timer("update_actor", timing):
+                metrics.update(reduce_metrics(self.workers.actor_rollout.update_actor(batch).meta_info[F.METRICS]))
+        if config.trainer.rollout_data_dir:
+            with timer("dump_rollout_generations", timing):
+                extra = [k for k in ("acc", "format", "pred") if k in batch.non_tensor_batch]
+                stages.dump_batch(config.trainer.rollout_data_dir, self.global_step, self.tokenizer, batch, extra)
+        return batch, metrics
+
+    def _start_reward(self, batch: DataProto, timing: dict[str, float]) -> concurrent.futures.Future | None:
+        """Score now, or (reward_model.launch_reward_fn_async) in a thread while the log-probs are computed."""
+        if F.TOKEN_LEVEL_SCORES in batch.batch.keys():  # noqa: SIM118 (dynamic sampling scored it already)
+            return None
+        with timer("reward", timing):
+            batch = self._with_rm_scores(batch)
+            if not self.config.reward_model.launch_reward_fn_async:
+                stages.attach_reward(batch, self.reward_fn)
+                return None
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        future = executor.submit(compute_reward, batch, self.reward_fn)
+        executor.shutdown(wait=False)
+        return future
+
+    def _finish_reward(self, batch: DataProto, future: concurrent.futures.Future | None, timing: dict) -> None:
+        if future is None:
+            return
+        with timer("reward_wait", timing):
+            scores, extra_info = future.result()
+        batch.batch[F.TOKEN_LEVEL_SCORES] = scores
+        for key, values in extra_info.items():
+            batch.non_tensor_batch[key] = stages.object_array(values)
+
+    def _old_log_probs(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
+        output = self.workers.actor_rollout.compute_log_prob(batch)
+        entropys = output.batch[F.ENTROPYS]
+        batch = batch.union(output.select(batch_keys=[F.OLD_LOG_PROBS]))
+        loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
+        metrics.update(stages.old_log_prob_metrics(batch, entropys, loss_agg_mode))
+        has_rollout_log_probs = F.ROLLOUT_LOG_PROBS in batch.batch.keys()  # noqa: SIM118
+        if has_rollout_log_probs and not self.config.actor_rollout_ref.rollout.calculate_log_probs:
+            batch.pop(batch_keys=[F.ROLLOUT_LOG_PROBS])  # only a diagnostic unless the loss is asked to use it
+        return batch
+
+    def _advantages(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
+        algorithm = self.config.algorithm
+        if algorithm.use_kl_in_reward:
+            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, kl_penalty=algorithm.kl_penalty)
+            metrics.update({name: float(value) for name, value in kl_metrics.items()})
+        else:
+            batch.batch[F.TOKEN_LEVEL_REWARDS] = batch.batch[F.TOKEN_LEVEL_SCORES]
+        return compute_advantage(
+            batch,
+            adv_estimator=algorithm.adv_estimator,
+            gamma=algorithm.gamma,
+            lam=algorithm.lam,
+            num_repeat=self.config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+            config=algorithm,
+        )
+
+    # ---- after the update -------------------------------------------------------------------------------
+    def _periodic(self, timing: dict[str, float]) -> dict[str, float]:
+        """Validation every `test_freq` steps and a checkpoint every `save_freq` steps (both at the last step)."""
+        trainer, step = self.config.trainer, self.global_step
+        last = step >= self.total_training_steps
+        metrics: dict[str, float] = {}
+        if self.validator is not None and trainer.test_freq > 0 and (last or step % trainer.test_freq == 0):
+            with timer("testing", timing):
+                metrics = self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
+        save_now = step % trainer.save_freq == 0 if trainer.save_freq > 0 else False
+        if save_now or last:
+            with timer("save_checkpoint", timing):
+                self.save_checkpoint()
+        return metrics
+
+    def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:
+        metrics = {"training/global_step": float(self.global_step), "training/epoch": float(epoch)}
+        metrics.update(self._rollout_metrics)
+        if self.group_filter is not None:
+            metrics.update(self.group_filter.last_metrics)
+        metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
+        metrics.update(compute_timing_metrics(batch, timing))
+        world_size = self.workers.world_size
+        metrics.update(compute_throughput_metrics(batch, timing, n_devices=world_size))
+        seq_lens = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
+        peak = device_peak_flops(torch.cuda.get_device_name()) if self.config.trainer.device == "cuda" else None
+        epochs = self.config.actor_rollout_ref.actor.ppo_epochs
+        metrics.update(compute_mfu_metrics(self._hf_config, seq_lens, timing, world_size, peak, epochs))
+        return metrics
+
+    # ---- checkpoints ------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        """Workers write their shards into `global_step_N/{actor,critic}`, then the trainer state marks it done."""
+        path = self.checkpoints.step_dir(self.global_step)
+        self.workers.actor_rollout.save_checkpoint(str(path / ACTOR_DIR), global_step=self.global_step)
+        if self.workers.critic is not None:
+            self.workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=self.global_step)
+        extra = {"kl_coef": float(self.kl_ctrl.value)}
+        self.checkpoints.finalize(self.global_step, self.train_loader.state_dict(), extra=extra)
+
+    def _load_checkpoint(self) -> None:
+        trainer = self.config.trainer
+        state = self.checkpoints.resume(trainer.resume_mode, trainer.resume_from_path)
+        if state is None:
+            return
+        self.workers.actor_rollout.load_checkpoint(str(state.path / ACTOR_DIR))
+        if self.workers.critic is not None:
+            self.workers.critic.load_checkpoint(str(state.path / CRITIC_DIR))
+        if state.dataloader_state is not None:
+            self.train_loader.load_state_dict(state.dataloader_state)
+        if state.rng_state is not None:
+            restore_rng_state(state.rng_state)
+        self.kl_ctrl.value = state.extra.get("kl_coef", self.kl_ctrl.value)
+        self.global_step = state.global_step
+        if trainer.del_local_ckpt_after_load:
+            shutil.rmtree(state.path)

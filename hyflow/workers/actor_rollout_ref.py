@@ -1,0 +1,219 @@
+"""`ActorRolloutRefWorker`: the hybrid-engine worker, one process per device, holding composed role objects.
+
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref, ref=True))
+    wg.init_model()
+    out = wg.generate_sequences(prompts)            # rollout: gathers the actor's weights into the engine first
+    wg.rollout_mode(); ...; wg.trainer_mode()        # agent loops: per-request `generate_request` calls in between
+    old = wg.compute_log_prob(batch)                 # old_log_probs, entropys
+    ref = wg.compute_ref_log_prob(batch)             # ref_log_prob
+    metrics = wg.update_actor(batch).meta_info["metrics"]
+    wg.save_checkpoint("ckpt/global_step_10/actor", global_step=10)
+
+Roles present are chosen by flags (`actor`, `rollout`, `ref`), never by a role string: `self.actor` is a
+`DataParallelPPOActor`, `self.ref` another one without an optimizer (or, with LoRA, the actor's own module with
+the adapter disabled: no second copy of the weights), and `self.rollout` the generation engine built by
+`hyflow.rollout.worker_rollout.build_rollout`. Switching to generation (`rollout_mode`) streams the actor's full
+weights, LoRA folded in, into the engine and wakes it; `trainer_mode` puts the engine to sleep again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import torch
+
+from hyflow import fields as F
+from hyflow.controller import Dispatch, Worker, register
+from hyflow.models.lora import merged_hf_weights
+from hyflow.protocol import DataProto
+from hyflow.workers import builders
+from hyflow.workers.actor import DataParallelPPOActor
+from hyflow.workers.checkpoint import CheckpointManager
+from hyflow.workers.fsdp import build_device_mesh, iter_full_state, move_optimizer_state, training_device
+
+logger = logging.getLogger(__name__)
+
+
+class ActorRolloutRefWorker(Worker):
+    """Actor (FSDP2 training), rollout (generation engine) and reference policy in one process per device."""
+
+    def __init__(self, config: Any, actor: bool = True, rollout: bool = True, ref: bool = False):
+        """`config` is the `actor_rollout_ref` section (`ActorRolloutRefConfig`); the flags pick the roles."""
+        if not (actor or rollout or ref):
+            raise ValueError("ActorRolloutRefWorker needs at least one role: actor, rollout or ref.")
+        self.config = config
+        self.has_actor, self.has_rollout, self.has_ref = actor, rollout, ref
+        self.actor: DataParallelPPOActor | None = None
+        self.ref: DataParallelPPOActor | None = None
+        self.rollout: Any = None
+        self.checkpoint_manager: CheckpointManager | None = None
+        self.lr_scheduler: Any = None
+        self._weights_version = 0  # bumped by every actor update
+        self._rollout_version = 0  # the actor weights the engine holds
+
+    # ---- building ----
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Join the process group, then load and shard the models of the roles this worker holds."""
+        self.init_distributed()
+        model_config = self.config.model
+        builders.import_external_lib(model_config)
+        path = builders.model_path(model_config, "actor_rollout_ref.model.path")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model.tokenizer_path")
+        mesh = build_device_mesh()
+        if self.has_actor:
+            self._init_actor(path, mesh)
+        if self.has_ref:
+            self._init_ref(path, mesh)
+        if self.has_rollout:
+            from hyflow.rollout.worker_rollout import build_rollout
+
+            self.rollout = build_rollout(self.config.rollout, path, self.tokenizer)
+            self._rollout_version = self._weights_version
+            if self.config.rollout.free_cache_engine:
+                self.rollout.sleep()
+
+    def _init_actor(self, path: str, mesh: Any) -> None:
+        actor_config = builders.with_per_gpu_micro_batch(self.config.actor, self.world_size)
+        module = builders.build_policy(self.config.model, actor_config.fsdp_config, mesh, path, trainable=True)
+        optimizer, self.lr_scheduler = builders.build_optimizer_and_scheduler(module, actor_config.optim)
+        mini_batch_size = builders.rows_per_rank(
+            actor_config.ppo_mini_batch_size,
+            self.config.rollout.n,
+            self.world_size,
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+        )
+        self.actor = DataParallelPPOActor(actor_config, module, optimizer, mini_batch_size)
+        checkpoint = actor_config.checkpoint
+        self.checkpoint_manager = CheckpointManager(
+            module, optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
+        )
+        self._hf_config = module.lm.config
+        self._generation_config = getattr(module.lm, "generation_config", None)
+        if actor_config.fsdp_config.optimizer_offload:
+            move_optimizer_state(optimizer, "cpu")
+
+    def _init_ref(self, path: str, mesh: Any) -> None:
+        if self.actor is not None and self.config.model.lora_rank > 0:
+            self.ref = self.actor  # the actor with its adapter disabled (see compute_ref_log_prob)
+            return
+        module = builders.build_policy(self.config.model, self.config.ref.fsdp_config, mesh, path, trainable=False)
+        self.ref = DataParallelPPOActor(self.config.actor, module)
+
+    def _ref_context(self):
+        """With LoRA the ref is the actor's module with its adapter switched off."""
+        if self.ref is self.actor:
+            return self.actor.module.lm.disable_adapter()
+        return contextlib.nullcontext()
+
+    # ---- log-probs ----
+    def _log_prob_meta(self, data: DataProto, role_config: Any) -> None:
+        data.meta_info.setdefault(F.TEMPERATURE, self.config.rollout.temperature)
+        data.meta_info[F.MICRO_BATCH_SIZE] = role_config.log_prob_micro_batch_size_per_gpu
+        data.meta_info[F.USE_DYNAMIC_BSZ] = bool(role_config.log_prob_use_dynamic_bsz)
+        data.meta_info[F.MAX_TOKEN_LEN] = role_config.log_prob_max_token_len_per_gpu
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """`old_log_probs` and `entropys` (B, R) of the responses under the current actor."""
+        self._require(self.actor, "compute_log_prob", "actor")
+        self._log_prob_meta(data, self.config.rollout)
+        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        return DataProto.from_dict({F.OLD_LOG_PROBS: log_probs, F.ENTROPYS: entropys}, meta_info={})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """`ref_log_prob` (B, R) of the responses under the reference policy."""
+        self._require(self.ref, "compute_ref_log_prob", "ref")
+        self._log_prob_meta(data, self.config.ref)
+        with self._ref_context():
+            log_probs, _ = self.ref.compute_log_prob(data)
+        return DataProto.from_dict({F.REF_LOG_PROB: log_probs}, meta_info={})
+
+    # ---- training ----
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """One PPO update over the batch, then one LR-scheduler step; metrics in `meta_info["metrics"]`."""
+        self._require(self.actor, "update_actor", "actor")
+        data.meta_info.setdefault(F.TEMPERATURE, self.config.rollout.temperature)  # as the old log-probs had
+        offload_optimizer = self.actor.config.fsdp_config.optimizer_offload
+        if offload_optimizer:
+            move_optimizer_state(self.actor.optimizer, training_device())
+        metrics = self.actor.update_policy(data)
+        self.lr_scheduler.step()
+        if offload_optimizer:
+            move_optimizer_state(self.actor.optimizer, "cpu")
+        self._weights_version += 1
+        return DataProto(meta_info={F.METRICS: metrics})
+
+    # ---- generation ----
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate responses with the rollout engine, holding the actor's latest weights."""
+        self._require(self.rollout, "generate_sequences", "rollout")
+        self.rollout_mode()
+        try:
+            return self.rollout.generate_sequences(prompts)
+        finally:
+            self.trainer_mode()
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    async def generate_request(self, prompt_ids: list[int], sampling_params: Any, request_id: str) -> Any:
+        """One turn of an agent loop: `await` the engine's async per-request API and return its
+        `CompletionOutput` (token ids, log-probs, finish reason). Concurrent calls share the engine's continuous
+        batching (on Ray, an async method makes this an async actor: calls of it run concurrently, the other
+        methods one at a time). The agent-loop manager calls it on one worker per conversation
+        (`hyflow.agent.server.WorkerServer`), between the group's `rollout_mode()` and `trainer_mode()`."""
+        self._require(self.rollout, "generate_request", "rollout")
+        return await self.rollout.generate(prompt_ids, sampling_params, request_id=request_id)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def rollout_mode(self) -> None:
+        """Wake the engine and, if the actor changed since the last sync, stream its full weights into it.
+        (A group method too: agent loops that call the engine's async API directly bracket their run with it.)"""
+        self._require(self.rollout, "rollout_mode", "rollout")
+        self.rollout.wake()
+        if self.actor is not None and self._rollout_version != self._weights_version:
+            self.rollout.load_weights(self.actor_weights())
+            self._rollout_version = self._weights_version
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def trainer_mode(self) -> None:
+        """Hand the engine's memory (KV cache) back to training when `rollout.free_cache_engine`."""
+        self._require(self.rollout, "trainer_mode", "rollout")
+        if self.config.rollout.free_cache_engine:
+            self.rollout.sleep()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def actor_weights(self):
+        """The actor's weights under Hugging Face names, LoRA folded in, gathered one tensor at a time."""
+        model_config = self.config.model
+        scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
+        return merged_hf_weights(iter_full_state(self.actor.module), scaling)
+
+    # ---- checkpoints ----
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
+        """Save the actor's model, optimizer, scheduler and RNG state to `local_path` (atomically)."""
+        self._require(self.actor, "save_checkpoint", "actor")
+        info = {"kind": "policy", "global_step": global_step, "lora": builders.lora_info(self.config.model)}
+        assets = builders.hf_assets_saver(self._hf_config, self.tokenizer, self._generation_config)
+        self.checkpoint_manager.save(local_path, info=info, hf_assets=assets)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> dict[str, Any]:
+        """Restore the actor from `local_path`; the engine gets the restored weights on the next generation."""
+        self._require(self.actor, "load_checkpoint", "actor")
+        info = self.checkpoint_manager.load(local_path)
+        self._weights_version += 1
+        return info
+
+    def _require(self, role: Any, method: str, name: str) -> None:
+        if role is None:
+            raise ValueError(
+                f"ActorRolloutRefWorker.{method} needs the {name} role, which this worker was built without "
+                f"(pass {name}=True and call init_model first)."
+            )

@@ -1,0 +1,125 @@
+"""Building a role's training pieces from its config: model (LoRA, gradient checkpointing, FSDP2), optimizer,
+schedule, per-rank batch sizes, and the Hugging Face assets a checkpoint carries. Shared by the actor/ref and
+critic workers so both build the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+from typing import Any
+
+from torch import nn
+
+from hyflow.models.loader import check_local_model_folder, load_causal_lm, load_tokenizer
+from hyflow.models.lora import apply_lora
+from hyflow.models.policy import PolicyModel
+from hyflow.workers.fsdp import apply_fsdp2, to_dtype
+from hyflow.workers.optim import build_lr_scheduler, build_optimizer
+
+logger = logging.getLogger(__name__)
+
+
+def model_path(model_config: Any, key: str) -> str:
+    """The checked local folder of `model_config.path`; `None` is an error naming the key."""
+    if model_config.path is None:
+        raise ValueError(
+            f"{key}=None: set it to a local Hugging Face model folder (or run `hyflow demo`, which builds a tiny one)."
+        )
+    return check_local_model_folder(model_config.path, key)
+
+
+def import_external_lib(model_config: Any) -> None:
+    """Import `model.external_lib` (a module that registers custom architectures with transformers)."""
+    if model_config.external_lib:
+        importlib.import_module(model_config.external_lib)
+
+
+def tokenizer_for(model_config: Any, path: str, key: str):
+    tokenizer_path = model_config.tokenizer_path or path
+    return load_tokenizer(tokenizer_path, trust_remote_code=model_config.trust_remote_code, key=key)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute each decoder layer's activations in backward (non-reentrant; transformers 4.x and 5.x names)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def build_policy(model_config: Any, fsdp_config: Any, mesh: Any, path: str, trainable: bool) -> PolicyModel:
+    """Load the causal LM (master dtype `fsdp_config.model_dtype`), add LoRA and gradient checkpointing when
+    training, wrap it as a `PolicyModel` and shard it with FSDP2. A frozen policy (the ref) has no grads."""
+    dtype = to_dtype(fsdp_config.model_dtype, "fsdp_config.model_dtype")
+    lm = load_causal_lm(path, dtype, model_config.override_config, model_config.trust_remote_code)
+    if trainable and model_config.enable_gradient_checkpointing:
+        enable_gradient_checkpointing(lm)
+    if trainable and model_config.lora_rank > 0:
+        lm = apply_lora(
+            lm,
+            model_config.lora_rank,
+            model_config.lora_alpha,
+            model_config.target_modules,
+            model_config.exclude_modules,
+        )
+    if not trainable:
+        lm.requires_grad_(False)
+        lm.eval()
+    policy = PolicyModel(lm)
+    return apply_fsdp2(policy, fsdp_config, mesh)
+
+
+def build_optimizer_and_scheduler(module: nn.Module, optim_config: Any):
+    optimizer = build_optimizer(module.parameters(), optim_config)
+    return optimizer, build_lr_scheduler(optimizer, optim_config)
+
+
+def rows_per_rank(prompts: int, samples_per_prompt: int, world_size: int, key: str) -> int:
+    """verl's mini-batch arithmetic: `prompts × rollout.n` rows, split evenly over the data-parallel ranks."""
+    rows = prompts * samples_per_prompt
+    if rows % world_size:
+        raise ValueError(
+            f"{key}={prompts} × rollout.n={samples_per_prompt} = {rows} rows cannot be split evenly over "
+            f"{world_size} ranks; choose {key} so that {key} × rollout.n is a multiple of the number of devices."
+        )
+    return rows // world_size
+
+
+def with_per_gpu_micro_batch(config: Any, world_size: int) -> Any:
+    """A copy of an actor / critic config whose `ppo_micro_batch_size_per_gpu` is filled from verl's deprecated
+    global `ppo_micro_batch_size` (divided by the number of ranks) when only that one is set."""
+    if config.ppo_micro_batch_size_per_gpu is None and config.ppo_micro_batch_size:
+        return dataclasses.replace(
+            config, ppo_micro_batch_size_per_gpu=max(1, config.ppo_micro_batch_size // world_size)
+        )
+    return config
+
+
+def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = None):
+    """A function that writes the model's config, generation config and tokenizer into `huggingface/`."""
+
+    def save(folder: str) -> None:
+        os.makedirs(folder, exist_ok=True)
+        hf_config.save_pretrained(folder)
+        if generation_config is not None:
+            generation_config.save_pretrained(folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+
+    return save
+
+
+def lora_info(model_config: Any) -> dict[str, Any] | None:
+    """What `hyflow merge` needs to rebuild the LoRA-wrapped model (None without LoRA)."""
+    if model_config.lora_rank <= 0:
+        return None
+    return {
+        "rank": model_config.lora_rank,
+        "alpha": model_config.lora_alpha,
+        "target_modules": model_config.target_modules,
+        "exclude_modules": model_config.exclude_modules,
+    }

@@ -1,0 +1,97 @@
+"""`CriticWorker`: the value model (FSDP2) as a worker: `init_model`, `compute_values`, `update_critic`, checkpoints.
+
+    n = config.actor_rollout_ref.rollout.n
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(CriticWorker, config.critic, rollout_n=n))
+    wg.init_model()
+    values = wg.compute_values(batch)                          # DataProto with `values` (B, R)
+    metrics = wg.update_critic(batch).meta_info["metrics"]
+
+The model is the actor's architecture with a scalar value head (`hyflow.models.value_head.ValueModel`), loaded from
+`critic.model.path`; `ppo_mini_batch_size` counts prompts, × `rollout_n` rows, split over the ranks (as the actor).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hyflow import fields as F
+from hyflow.controller import Dispatch, Worker, register
+from hyflow.models.loader import load_value_model
+from hyflow.protocol import DataProto
+from hyflow.workers import builders
+from hyflow.workers.checkpoint import CheckpointManager
+from hyflow.workers.critic import DataParallelPPOCritic
+from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, move_optimizer_state, to_dtype, training_device
+
+logger = logging.getLogger(__name__)
+
+
+class CriticWorker(Worker):
+    """One data-parallel rank of the critic."""
+
+    def __init__(self, config: Any, rollout_n: int | None = None):
+        """`config` is the `critic` section (`CriticConfig`); `rollout_n` defaults to `config.rollout_n`."""
+        self.config = config
+        self.rollout_n = rollout_n if rollout_n is not None else (config.rollout_n or 1)
+        self.critic: DataParallelPPOCritic | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        self.init_distributed()
+        config = builders.with_per_gpu_micro_batch(self.config, self.world_size)
+        model_config = config.model
+        builders.import_external_lib(model_config)
+        path = builders.model_path(model_config, "critic.model.path")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "critic.model.tokenizer_path")
+        fsdp_config = model_config.fsdp_config
+        dtype = to_dtype(fsdp_config.model_dtype, "critic.model.fsdp_config.model_dtype")
+        model = load_value_model(path, dtype, model_config.override_config, model_config.trust_remote_code)
+        if model_config.enable_gradient_checkpointing:
+            builders.enable_gradient_checkpointing(model.backbone)
+        module = apply_fsdp2(model, fsdp_config, build_device_mesh(), key="critic.model.fsdp_config")
+        optimizer, self.lr_scheduler = builders.build_optimizer_and_scheduler(module, config.optim)
+        mini_batch_size = builders.rows_per_rank(
+            config.ppo_mini_batch_size, self.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
+        )
+        self.critic = DataParallelPPOCritic(config, module, optimizer, mini_batch_size)
+        self.checkpoint_manager = CheckpointManager(
+            module, optimizer, self.lr_scheduler, config.checkpoint.save_contents, config.checkpoint.load_contents
+        )
+        self._hf_config = model.config
+        if fsdp_config.optimizer_offload:
+            move_optimizer_state(optimizer, "cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """`values` (B, R): the critic's estimate at each response position."""
+        config = self.critic.config
+        data.meta_info[F.MICRO_BATCH_SIZE] = config.forward_micro_batch_size_per_gpu or (
+            config.ppo_micro_batch_size_per_gpu
+        )
+        data.meta_info[F.USE_DYNAMIC_BSZ] = bool(config.use_dynamic_bsz)
+        data.meta_info[F.MAX_TOKEN_LEN] = config.forward_max_token_len_per_gpu
+        return DataProto.from_dict({F.VALUES: self.critic.compute_values(data)}, meta_info={})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        """One value-function update over the batch, then one LR-scheduler step."""
+        offload = self.config.model.fsdp_config.optimizer_offload
+        if offload:
+            move_optimizer_state(self.critic.optimizer, training_device())
+        metrics = self.critic.update_critic(data)
+        self.lr_scheduler.step()
+        if offload:
+            move_optimizer_state(self.critic.optimizer, "cpu")
+        return DataProto(meta_info={F.METRICS: metrics})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
+        info = {"kind": "critic", "global_step": global_step, "lora": None}
+        self.checkpoint_manager.save(
+            local_path, info=info, hf_assets=builders.hf_assets_saver(self._hf_config, self.tokenizer)
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> dict[str, Any]:
+        return self.checkpoint_manager.load(local_path)

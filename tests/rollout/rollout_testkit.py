@@ -1,0 +1,67 @@
+"""Test kit for the rollout tests: tiny Hugging Face models of each decoder family, built from config with a
+fixed seed (nothing downloaded), and the `transformers` greedy reference."""
+
+from __future__ import annotations
+
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+FAMILIES = {
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+}
+
+
+def make_tiny_hf_model(family: str = "qwen2", seed: int = 0, **overrides) -> torch.nn.Module:
+    """A tiny randomly initialised `transformers` causal LM (fp32, eval mode) of one family."""
+    config_cls, model_cls = FAMILIES[family]
+    kwargs = dict(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=family == "qwen2",
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    if family == "qwen3":
+        kwargs["head_dim"] = 16
+    kwargs.update(overrides)
+    config = config_cls(**kwargs)
+    config.architectures = [model_cls.__name__]
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    # Larger-than-default init so the tiny models have peaked, distinguishable next-token distributions.
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0, 0.2)
+    return model
+
+
+def hf_greedy(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Greedy continuation by `transformers.generate` (the reference)."""
+    out = model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+        min_new_tokens=max_new_tokens,
+    )
+    return out[0, len(prompt) :].tolist()

@@ -1,0 +1,107 @@
+"""The rollout the actor worker composes: DataProto layout, log-probs the actor can reproduce, the hf fallback,
+weight loading by (wrapped) HF names."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from hyflow import fields as F
+from hyflow.config.actor_rollout_ref import RolloutConfig
+from hyflow.protocol import DataProto
+from hyflow.rollout.hf_rollout import HFRollout
+from hyflow.rollout.worker_rollout import EngineRollout, build_rollout
+
+from .rollout_testkit import hf_greedy, make_tiny_hf_model
+
+PROMPTS = [[5, 9, 13, 17, 21, 3], [11, 4, 8], [30, 31, 32, 33]]
+PAD = 0
+
+
+def _prompt_batch(prompts: list[list[int]], **meta) -> DataProto:
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict({F.INPUT_IDS: ids, F.ATTENTION_MASK: mask, F.POSITION_IDS: positions}, meta_info=meta)
+
+
+def _config(**overrides) -> RolloutConfig:
+    settings = dict(prompt_length=8, response_length=6, ignore_eos=True, max_num_seqs=8, max_num_batched_tokens=64)
+    settings.update(overrides)
+    return RolloutConfig(**settings)
+
+
+def test_generate_sequences_returns_the_actor_layout_with_greedy_responses():
+    hf = make_tiny_hf_model("qwen2")
+    rollout = build_rollout(_config(), hf, tokenizer=None)
+    assert isinstance(rollout, EngineRollout)
+    out = rollout.generate_sequences(_prompt_batch(PROMPTS, do_sample=False))
+    batch = out.batch
+    assert batch[F.PROMPTS].shape == (3, 6) and batch[F.RESPONSES].shape == (3, 6)
+    assert batch[F.INPUT_IDS].shape == batch[F.ATTENTION_MASK].shape == batch[F.POSITION_IDS].shape == (3, 12)
+    for i, prompt in enumerate(PROMPTS):
+        assert batch[F.RESPONSES][i].tolist() == hf_greedy(hf, prompt, 6)
+    assert batch[F.RESPONSE_MASK].sum().item() == 18
+    assert batch[F.POSITION_IDS][1].tolist() == [0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert list(out.non_tensor_batch[F.FINISH_REASON]) == ["length"] * 3
+
+
+def test_rollout_log_probs_equal_the_actor_forward_on_the_returned_layout():
+    hf = make_tiny_hf_model("llama")
+    rollout = build_rollout(_config(temperature=1.0, do_sample=True, ignore_eos=False), hf, tokenizer=None)
+    out = rollout.generate_sequences(_prompt_batch(PROMPTS)).batch
+    with torch.no_grad():
+        logits = hf(
+            input_ids=out[F.INPUT_IDS], attention_mask=out[F.ATTENTION_MASK], position_ids=out[F.POSITION_IDS]
+        ).logits
+    prompt_len = out[F.PROMPTS].shape[1]
+    log_probs = logits[:, prompt_len - 1 : -1].log_softmax(-1).gather(2, out[F.RESPONSES].unsqueeze(2)).squeeze(2)
+    mask = out[F.RESPONSE_MASK].bool()
+    torch.testing.assert_close(out[F.ROLLOUT_LOG_PROBS][mask], log_probs[mask], atol=1e-4, rtol=1e-4)
+    padded = ~mask
+    assert (out[F.RESPONSES][padded] == PAD).all()
+
+
+def test_rollout_name_hf_gives_the_same_greedy_responses_as_the_engine():
+    hf = make_tiny_hf_model("qwen3")
+    batch = _prompt_batch(PROMPTS, do_sample=False)
+    engine_out = build_rollout(_config(), hf, tokenizer=None).generate_sequences(batch)
+    hf_rollout = build_rollout(_config(name="hf"), hf, tokenizer=None)
+    assert isinstance(hf_rollout, HFRollout)
+    hf_out = hf_rollout.generate_sequences(batch)
+    assert torch.equal(engine_out.batch[F.RESPONSES], hf_out.batch[F.RESPONSES])
+    torch.testing.assert_close(
+        engine_out.batch[F.ROLLOUT_LOG_PROBS], hf_out.batch[F.ROLLOUT_LOG_PROBS], atol=1e-4, rtol=1e-4
+    )
+
+
+def test_an_unknown_architecture_falls_back_to_hf_with_a_warning(caplog):
+    hf = make_tiny_hf_model("llama")
+    hf.config.architectures = ["MyCustomForCausalLM"]
+    hf.config.model_type = "custom"
+    with caplog.at_level(logging.WARNING):
+        rollout = build_rollout(_config(), hf, tokenizer=None)
+    assert isinstance(rollout, HFRollout) and "falling back to rollout.name=hf" in caplog.text
+
+
+def test_load_weights_accepts_wrapped_names_and_rejects_unmerged_lora():
+    old, new = make_tiny_hf_model("llama", seed=0), make_tiny_hf_model("llama", seed=1)
+    rollout = build_rollout(_config(), old, tokenizer=None)
+    rollout.load_weights((f"base_model.model.{name}", t) for name, t in new.state_dict().items())
+    out = rollout.generate_sequences(_prompt_batch(PROMPTS[:1], do_sample=False))
+    assert out.batch[F.RESPONSES][0].tolist() == hf_greedy(new, PROMPTS[0], 6)
+    with pytest.raises(ValueError, match="unmerged LoRA"):
+        rollout.load_weights([("model.layers.0.self_attn.q_proj.lora_A.default.weight", torch.zeros(1))])
+
+
+def test_an_unavailable_rollout_name_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"rollout\.name='vllm'"):
+        build_rollout(_config(name="vllm"), make_tiny_hf_model("llama"), tokenizer=None)
+
+
+def test_tensor_parallel_rollout_is_a_clear_error():
+    with pytest.raises(ValueError, match="tensor_model_parallel_size=2"):
+        build_rollout(_config(tensor_model_parallel_size=2), make_tiny_hf_model("llama"), tokenizer=None)

@@ -1,0 +1,49 @@
+"""GRPO end to end on the Ray backend: two CPU worker processes (FSDP2 over gloo), colocated roles."""
+
+from __future__ import annotations
+
+import pytest
+
+from hyflow.trainer.ppo_trainer import PPOTrainer
+from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def ray_started_here():
+    """Ray is started by the trainer (trainer.ray_init); shut it down after this module if it was not running."""
+    ray = pytest.importorskip("ray")
+    was_running = ray.is_initialized()
+    yield
+    if not was_running and ray.is_initialized():
+        ray.shutdown()
+
+
+def test_grpo_on_the_ray_backend_trains_two_data_parallel_workers(ray_started_here, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assets = build_assets(tmp_path / "assets")
+    config = tiny_config(
+        assets,
+        tmp_path,
+        "trainer.backend=ray",
+        "trainer.n_gpus_per_node=2",
+        "trainer.ray_init.num_cpus=2",
+        "trainer.val_before_train=True",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+    )
+    trainer = PPOTrainer(config)
+    trainer.init_workers()
+    try:
+        assert trainer.workers.actor_rollout.world_size == 2
+        trainer.fit()
+    finally:
+        trainer.close()
+
+    steps = read_metrics(trainer.tracking.log_dir)
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    assert "val-core/arith/acc/mean@1" in steps[0]["data"]
+    last = steps[-1]["data"]
+    assert {"actor/pg_loss", "actor/kl_loss", "timing_s/ref", "perf/throughput"} <= set(last)
+    assert last["global_seqlen/balanced_max"] - last["global_seqlen/balanced_min"] <= last["global_seqlen/minmax_diff"]
+    assert (tmp_path / "ckpt" / "global_step_2" / "actor").is_dir()

@@ -1,0 +1,125 @@
+"""ActorRolloutRefWorker and CriticWorker through a LocalWorkerGroup (one process, world size 1)."""
+
+import copy
+
+import pytest
+import torch
+
+from hyflow import fields as F
+from hyflow.config.actor_rollout_ref import ActorRolloutRefConfig
+from hyflow.config.critic import CriticConfig
+from hyflow.controller import ClassWithInitArgs, LocalWorkerGroup
+from hyflow.controller.errors import WorkerError
+from hyflow.protocol import DataProto
+from hyflow.workers.actor_rollout_ref import ActorRolloutRefWorker
+from hyflow.workers.critic_worker import CriticWorker
+
+
+def actor_rollout_ref_config(path: str, lora_rank: int = 0) -> ActorRolloutRefConfig:
+    config = ActorRolloutRefConfig()
+    config.model.path = path
+    config.model.lora_rank = lora_rank
+    config.model.lora_alpha = 8
+    config.actor.ppo_mini_batch_size = 2
+    config.actor.ppo_micro_batch_size_per_gpu = 2
+    config.actor.use_kl_loss = True
+    config.actor.optim.lr = 1e-2
+    config.rollout.n = 2
+    config.rollout.prompt_length = 6
+    config.rollout.response_length = 5
+    config.rollout.log_prob_micro_batch_size_per_gpu = 3
+    config.rollout.log_prob_use_dynamic_bsz = False
+    config.rollout.log_prob_max_token_len_per_gpu = 1024
+    config.rollout.calculate_log_probs = True
+    config.rollout.max_num_batched_tokens = 256
+    config.ref.log_prob_micro_batch_size_per_gpu = 4
+    config.ref.log_prob_use_dynamic_bsz = True
+    config.ref.log_prob_max_token_len_per_gpu = 40
+    return config
+
+
+def make_group(config, **roles) -> LocalWorkerGroup:
+    group = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, config, **roles))
+    group.init_model()
+    return group
+
+
+@pytest.mark.timeout(300)
+def test_worker_computes_log_probs_updates_the_actor_and_keeps_the_ref_fixed(tiny_model_path, ppo_batch, tmp_path):
+    group = make_group(actor_rollout_ref_config(tiny_model_path), rollout=False, ref=True)
+    data = ppo_batch(batch_size=8, seed=0)
+    before = group.compute_log_prob(copy.deepcopy(data))
+    ref_before = group.compute_ref_log_prob(copy.deepcopy(data)).batch[F.REF_LOG_PROB]
+    torch.testing.assert_close(before.batch[F.OLD_LOG_PROBS], ref_before)
+    assert before.batch[F.ENTROPYS].shape == data.batch[F.RESPONSES].shape
+    output = group.update_actor(copy.deepcopy(data))
+    assert len(output.meta_info[F.METRICS]["actor/pg_loss"]) == 2  # 8 rows / (2 prompts × n=2) = 2 steps
+    after = group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS]
+    assert not torch.allclose(after, before.batch[F.OLD_LOG_PROBS])
+    torch.testing.assert_close(group.compute_ref_log_prob(copy.deepcopy(data)).batch[F.REF_LOG_PROB], ref_before)
+
+    group.save_checkpoint(str(tmp_path / "actor"), global_step=1)
+    group.update_actor(copy.deepcopy(data))
+    group.load_checkpoint(str(tmp_path / "actor"))
+    torch.testing.assert_close(group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS], after)
+
+
+@pytest.mark.timeout(300)
+def test_lora_trains_only_adapters_and_the_ref_is_the_adapter_disabled(tiny_model_path, ppo_batch):
+    group = make_group(actor_rollout_ref_config(tiny_model_path, lora_rank=4), rollout=False, ref=True)
+    worker = group.worker
+    assert worker.ref is worker.actor  # no second copy of the weights
+    frozen = {n: p.detach().clone() for n, p in worker.actor.module.named_parameters() if not p.requires_grad}
+    trainable = {n for n, p in worker.actor.module.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name for name in trainable)
+    data = ppo_batch(batch_size=8, seed=1)
+    ref_before = group.compute_ref_log_prob(copy.deepcopy(data)).batch[F.REF_LOG_PROB]
+    group.update_actor(copy.deepcopy(data))
+    group.update_actor(copy.deepcopy(data))
+    for name, param in worker.actor.module.named_parameters():
+        if name in frozen:
+            assert torch.equal(param.detach(), frozen[name]), name
+    after = group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS]
+    assert not torch.allclose(after, ref_before)
+    torch.testing.assert_close(group.compute_ref_log_prob(copy.deepcopy(data)).batch[F.REF_LOG_PROB], ref_before)
+
+
+@pytest.mark.timeout(300)
+def test_generation_uses_the_updated_actor_weights(tiny_model_path, ppo_batch):
+    pytest.importorskip("hyflow.rollout.worker_rollout")
+    group = make_group(actor_rollout_ref_config(tiny_model_path, lora_rank=4), rollout=True)
+    train = ppo_batch(batch_size=8, seed=2)
+    group.update_actor(copy.deepcopy(train))
+    prompts = train.select(batch_keys=[F.INPUT_IDS, F.ATTENTION_MASK, F.POSITION_IDS])[:4]
+    prompts = DataProto.from_dict(
+        {k: v[:, :6] for k, v in prompts.batch.items()}, meta_info={F.TEMPERATURE: 1.0, F.DO_SAMPLE: True}
+    )
+    generated = group.generate_sequences(prompts)
+    assert generated.batch[F.RESPONSES].shape == (4, 5)
+    recomputed = group.compute_log_prob(copy.deepcopy(generated)).batch[F.OLD_LOG_PROBS]
+    mask = generated.batch[F.RESPONSE_MASK].bool()
+    torch.testing.assert_close(recomputed[mask], generated.batch[F.ROLLOUT_LOG_PROBS][mask], rtol=1e-3, atol=1e-3)
+
+
+def test_a_method_of_a_missing_role_says_which_role_is_missing(tiny_model_path, ppo_batch):
+    group = make_group(actor_rollout_ref_config(tiny_model_path), rollout=False, ref=False)
+    with pytest.raises(WorkerError, match="needs the ref role"):
+        group.compute_ref_log_prob(ppo_batch(batch_size=2))
+
+
+@pytest.mark.timeout(300)
+def test_critic_worker_computes_values_and_updates(tiny_model_path, ppo_batch, tmp_path):
+    config = CriticConfig(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1, ppo_epochs=1, shuffle=False)
+    config.model.path = tiny_model_path
+    config.model.tokenizer_path = tiny_model_path
+    config.loss_agg_mode = "token-mean"
+    config.use_dynamic_bsz = False
+    group = LocalWorkerGroup(ClassWithInitArgs(CriticWorker, config, rollout_n=2))
+    group.init_model()
+    data = ppo_batch(batch_size=4, seed=3)
+    values = group.compute_values(copy.deepcopy(data)).batch[F.VALUES]
+    assert values.shape == (4, 5)
+    metrics = group.update_critic(copy.deepcopy(data)).meta_info[F.METRICS]
+    assert len(metrics["critic/vf_loss"]) == 1
+    assert not torch.equal(group.compute_values(copy.deepcopy(data)).batch[F.VALUES], values)
+    group.save_checkpoint(str(tmp_path / "critic"), global_step=1)
