@@ -12,7 +12,6 @@ before Hydra composes them (unknown keys get the closest valid key), and the com
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -26,23 +25,15 @@ from hyflow.config.loading import CONFIG_NAME, prepare_overrides, register_with_
 logger = logging.getLogger(__name__)
 
 EXIT_BAD_CONFIG = 2
-EXIT_NOT_AVAILABLE = 3
 
 register_with_hydra()
 
 
 def run_ppo(config: PPOTrainerConfig) -> None:
-    """Train with a checked config: hands it to `hyflow.trainer.ppo_trainer.run`."""
-    try:
-        ppo_trainer = importlib.import_module("hyflow.trainer.ppo_trainer")
-    except ModuleNotFoundError as err:
-        if err.name != "hyflow.trainer.ppo_trainer":
-            raise
-        raise NotImplementedError(
-            "the config is valid, but hyflow's PPO trainer is not part of this build yet: only config validation "
-            "is available (try `--cfg job` to see the resolved config). The trainer lands with issue 7."
-        ) from None
-    ppo_trainer.run(config)
+    """Train with a checked config (`hyflow.trainer.ppo_trainer.run`)."""
+    from hyflow.trainer.ppo_trainer import run
+
+    run(config)
 
 
 @hydra.main(config_path=None, config_name=CONFIG_NAME, version_base=None)
@@ -53,11 +44,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         print(f"hyflow: {err}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     logger.info("config is valid: %s", config.trainer.experiment_name)
-    try:
-        run_ppo(config)
-    except NotImplementedError as err:
-        print(f"hyflow: {err}", file=sys.stderr)
-        sys.exit(EXIT_NOT_AVAILABLE)
+    run_ppo(config)
 
 
 def _check_command_line(args: list[str]) -> list[str]:

@@ -1,16 +1,12 @@
 """The Hydra entry: `python -m hyflow.trainer.main_ppo` and `hyflow train` (a few subprocesses, ~1 s each)."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
-from hyflow.config import load_config
 from hyflow.trainer import main_ppo
-
-TRAINER_EXISTS = importlib.util.find_spec("hyflow.trainer.ppo_trainer") is not None
 
 QUICKSTART_HEAD = [
     "data.train_files=$HOME/data/gsm8k/train.parquet",
@@ -50,17 +46,6 @@ def test_hyflow_train_help_describes_the_command_and_lists_the_keys(tmp_path):
     assert "adv_estimator: gae" in result.stdout
 
 
-@pytest.mark.timeout(150)
-@pytest.mark.skipif(TRAINER_EXISTS, reason="the trainer exists: a valid config would start training")
-def test_a_valid_config_is_checked_then_stops_with_a_clear_message_until_the_trainer_lands(tmp_path):
-    overrides = ["hydra.run.dir=.", "hydra.output_subdir=null", *QUICKSTART_HEAD]
-    result = _run(["-m", "hyflow.trainer.main_ppo", *overrides], tmp_path)
-
-    assert result.returncode == main_ppo.EXIT_NOT_AVAILABLE, result.stderr
-    assert "the config is valid" in result.stderr and "only config validation is available" in result.stderr
-    assert "hyflow runs this on its own generation engine" in result.stdout + result.stderr  # Hydra's log
-
-
 def test_an_unknown_key_on_the_command_line_stops_before_hydra_with_a_suggestion(capsys):
     code = main_ppo.main(["data.max_promt_length=10", "trainer.n_gpus_per_node=abc"])
 
@@ -68,12 +53,6 @@ def test_an_unknown_key_on_the_command_line_stops_before_hydra_with_a_suggestion
     err = capsys.readouterr().err
     assert "Did you mean 'data.max_prompt_length'?" in err
     assert "(from `data.max_promt_length=10`)" in err
-
-
-@pytest.mark.skipif(TRAINER_EXISTS, reason="the trainer exists; its own tests cover run_ppo")
-def test_run_ppo_explains_that_only_validation_exists_until_the_trainer_lands():
-    with pytest.raises(NotImplementedError, match="The trainer lands with issue 7"):
-        main_ppo.run_ppo(load_config(QUICKSTART_HEAD))
 
 
 def test_a_wrong_type_found_after_hydra_composes_exits_with_the_message(tmp_path, monkeypatch, capsys):
