@@ -8,8 +8,8 @@ A `DataProto` holds three things for B rows:
 
 Field names are listed, with shapes and meanings, in `hyflow.fields`. Worker groups split a `DataProto` into
 per-rank shards with `chunk`, and put the results back together with `concat`; `pad_to_divisor` / `unpad` make a
-batch divisible by the data-parallel size. `DataProtoFuture` is a result that has not been collected yet (Ray
-object refs are resolved only when `.get()` is called; this module never imports Ray at import time).
+batch divisible by the data-parallel size. `DataProtoFuture` (defined in `hyflow.protocol_future`, re-exported
+here) is a result that has not been collected yet.
 
 Example::
 
@@ -21,9 +21,7 @@ Example::
 from __future__ import annotations
 
 import copy
-import functools
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +30,7 @@ import torch
 from tensordict import TensorDict
 
 from hyflow.fields import describe
+from hyflow.protocol_future import DataProtoFuture
 
 __all__ = ["DataProto", "DataProtoFuture", "pad_dataproto_to_divisor", "unpad_dataproto"]
 
@@ -437,54 +436,3 @@ def pad_dataproto_to_divisor(data: DataProto, divisor: int) -> tuple[DataProto, 
 def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     """`data.unpad(pad_size)`: drop the last `pad_size` rows."""
     return data.unpad(pad_size)
-
-
-def _resolve(item: Any) -> Any:
-    """A nested DataProtoFuture is resolved with .get(); other values pass through."""
-    return item.get() if isinstance(item, DataProtoFuture) else item
-
-
-def _take_chunk(data: DataProto, chunks: int, index: int, inner: Callable[[DataProto], DataProto] | None) -> DataProto:
-    data = inner(data) if inner is not None else data
-    return data.chunk(chunks)[index]
-
-
-@dataclass
-class DataProtoFuture:
-    """A DataProto not collected yet: `get()` resolves `futures`, joins them with `collect_fn`, then `dispatch_fn`.
-
-    `futures` may hold Ray `ObjectRef`s (resolved with one `ray.get`), nested `DataProtoFuture`s, or plain values.
-    """
-
-    collect_fn: Callable[[list], DataProto]
-    futures: list
-    dispatch_fn: Callable[[DataProto], DataProto] | None = None
-
-    @staticmethod
-    def concat(data: Sequence[Any]) -> DataProtoFuture:
-        """A future that concatenates the results of `data` (ObjectRefs, futures or DataProtos) row-wise."""
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
-
-    def chunk(self, chunks: int) -> list[DataProtoFuture]:
-        """`chunks` futures; the i-th resolves this future and takes its i-th equal part."""
-        return [
-            DataProtoFuture(
-                collect_fn=self.collect_fn,
-                futures=self.futures,
-                dispatch_fn=functools.partial(_take_chunk, chunks=chunks, index=i, inner=self.dispatch_fn),
-            )
-            for i in range(chunks)
-        ]
-
-    def get(self) -> DataProto:
-        """Block until every future is ready and return the collected (and dispatched) DataProto."""
-        values = [_resolve(item) for item in self.futures]
-        ray = sys.modules.get("ray")  # an ObjectRef can only exist if Ray was imported by someone
-        if ray is not None:
-            ref_positions = [i for i, value in enumerate(values) if isinstance(value, ray.ObjectRef)]
-            if ref_positions:
-                resolved = ray.get([values[i] for i in ref_positions])
-                for i, value in zip(ref_positions, resolved):
-                    values[i] = value
-        output = self.collect_fn(values)
-        return self.dispatch_fn(output) if self.dispatch_fn is not None else output

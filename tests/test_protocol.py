@@ -1,17 +1,16 @@
-"""Tests for hyflow.protocol: DataProto operations, their error messages, pickling, and DataProtoFuture."""
+"""Tests for hyflow.protocol: DataProto operations, error messages, pickling (futures: see test_protocol_future)."""
 
 import copy
 import pickle
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
 
-from hyflow.protocol import DataProto, DataProtoFuture, pad_dataproto_to_divisor, unpad_dataproto
+from hyflow.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 
 
 def make_proto(num_rows: int = 4, meta_info: dict | None = None) -> DataProto:
@@ -419,62 +418,3 @@ def test_repr_shows_length_keys_dtypes_and_shapes():
 def test_importing_the_protocol_does_not_import_ray():
     code = "import sys, hyflow.protocol; assert 'ray' not in sys.modules, 'ray was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-
-
-# ---- DataProtoFuture ----
-def test_future_of_plain_values_collects_and_dispatches():
-    future = DataProtoFuture(
-        collect_fn=DataProto.concat, futures=[make_proto(2), make_proto(2)], dispatch_fn=lambda d: d[:3]
-    )
-    assert row_ids(future.get()) == [0, 1, 0]
-
-
-def test_future_concat_joins_nested_futures_and_protos():
-    inner = DataProtoFuture(collect_fn=DataProto.concat, futures=[make_proto(1)])
-    future = DataProtoFuture.concat([inner, make_proto(2)])
-    assert row_ids(future.get()) == [0, 0, 1]
-
-
-def test_future_chunk_gives_one_future_per_shard():
-    future = DataProtoFuture.concat([make_proto(3), make_proto(3)])
-    shards = future.chunk(3)
-    assert [row_ids(shard.get()) for shard in shards] == [[0, 1], [2, 0], [1, 2]]
-    halves_of_first_shard = shards[0].chunk(2)
-    assert [row_ids(h.get()) for h in halves_of_first_shard] == [[0], [1]]
-
-
-def test_future_chunk_survives_pickling():
-    shard = DataProtoFuture.concat([make_proto(4)]).chunk(2)[1]
-    assert row_ids(pickle.loads(pickle.dumps(shard)).get()) == [2, 3]
-
-
-def test_future_resolves_ray_object_refs_with_one_ray_get(monkeypatch):
-    class FakeRef:
-        def __init__(self, value):
-            self.value = value
-
-    calls = []
-
-    def fake_get(refs):
-        calls.append(len(refs))
-        return [ref.value for ref in refs]
-
-    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(ObjectRef=FakeRef, get=fake_get))
-    future = DataProtoFuture.concat([FakeRef(make_proto(1)), make_proto(2), FakeRef(make_proto(1))])
-    assert row_ids(future.get()) == [0, 0, 1, 0]
-    assert calls == [2]
-
-
-@pytest.mark.ray
-@pytest.mark.timeout(120)
-def test_future_resolves_real_ray_object_refs():
-    ray = pytest.importorskip("ray")
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        refs = [ray.put(make_proto(2)), ray.put(make_proto(2)[1:])]
-        assert row_ids(DataProtoFuture.concat(refs).get()) == [0, 1, 1]
-    finally:
-        if started_here:
-            ray.shutdown()

@@ -17,7 +17,14 @@ from typing import Any
 import torch
 
 from hyflow.algorithms.masked import masked_mean
-from hyflow.algorithms.policy_losses import aggregate_token_losses, clip_bounds, config_value
+from hyflow.algorithms.policy_losses import (
+    aggregate_token_losses,
+    clamp_log_ratio,
+    clip_bounds,
+    config_value,
+    policy_loss_metrics,
+    surrogate_terms,
+)
 from hyflow.algorithms.registry import register_policy_loss
 
 __all__ = ["compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov", "token_covariance"]
@@ -53,9 +60,8 @@ def compute_policy_loss_clip_cov(
     ratio_fraction = config_value(config, "policy_loss.clip_cov_ratio")
     lower, upper = config_value(config, "policy_loss.clip_cov_lb"), config_value(config, "policy_loss.clip_cov_ub")
     log_ratio = log_prob - old_log_prob
-    ratio = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0))
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    ratio = torch.exp(clamp_log_ratio(log_ratio))
+    unclipped, clipped = surrogate_terms(ratio, advantages, eps_low, eps_high)
     valid = response_mask > 0
     covariance = token_covariance(advantages, log_prob, response_mask)
     candidates = valid & ~(clipped > unclipped) & (covariance > lower) & (covariance < upper)
@@ -65,11 +71,7 @@ def compute_policy_loss_clip_cov(
     keep = torch.ones(valid.numel(), dtype=ratio.dtype, device=ratio.device).index_fill_(0, chosen, 0.0)
     keep = keep.view_as(ratio)
     pg_losses = torch.maximum(unclipped, clipped) * keep
-    metrics = {
-        "pg_clipfrac": masked_mean((keep == 0).float(), response_mask).detach(),
-        "ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
-        "pg_clipfrac_lower": torch.zeros((), dtype=ratio.dtype, device=ratio.device),
-    }
+    metrics = policy_loss_metrics(response_mask, -log_ratio, clipped=keep == 0)
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
 
 
@@ -95,23 +97,17 @@ def compute_policy_loss_kl_cov(
     ratio_fraction = config_value(config, "policy_loss.kl_cov_ratio")
     kl_coef = config_value(config, "policy_loss.ppo_kl_coef")
     log_ratio = log_prob - old_log_prob
-    ratio = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0))
-    pg_losses = -advantages * ratio
+    pg_losses = -advantages * torch.exp(clamp_log_ratio(log_ratio))
     valid = response_mask > 0
     valid_idx = valid.flatten().nonzero().squeeze(-1)  # host sync (see module docstring)
     if len(valid_idx) > 0 and ratio_fraction > 0:
         # covariance over the valid tokens only (plain means over them)
-        adv = advantages.flatten()[valid_idx]
-        logp = log_prob.detach().flatten()[valid_idx]
-        covariance = (adv - adv.mean()) * (logp - logp.mean())
+        valid_advantages = advantages.flatten()[valid_idx]
+        valid_log_prob = log_prob.detach().flatten()[valid_idx]
+        covariance = (valid_advantages - valid_advantages.mean()) * (valid_log_prob - valid_log_prob.mean())
         num_penalised = max(1, int(len(valid_idx) * ratio_fraction))
         top = valid_idx[torch.topk(covariance, num_penalised).indices]
         penalised = torch.zeros(valid.numel(), dtype=torch.bool, device=valid.device).index_fill_(0, top, True)
         pg_losses = torch.where(penalised.view_as(valid), pg_losses + kl_coef * log_ratio.abs(), pg_losses)
-    zero = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
-    metrics = {
-        "pg_clipfrac": zero,
-        "ppo_kl": masked_mean(log_ratio.abs(), response_mask).detach(),
-        "pg_clipfrac_lower": zero,
-    }
+    metrics = policy_loss_metrics(response_mask, log_ratio.abs())
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics

@@ -44,9 +44,23 @@ def _group_sum(x: torch.Tensor, ids: torch.Tensor, num_groups: int) -> torch.Ten
     return torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, ids, x)
 
 
+def _group_counts(ids: torch.Tensor, num_groups: int, dtype: torch.dtype) -> torch.Tensor:
+    """Number of responses in each group (G,), as `dtype` so it divides scores directly."""
+    return _group_sum(torch.ones(len(ids), dtype=dtype, device=ids.device), ids, num_groups)
+
+
+def _outcome_scores_and_groups(
+    token_level_rewards: torch.Tensor, index: GroupIndex
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The prologue of every group estimator: outcome scores s_i = Σ_t r_it (B,), dense group ids (B,), G."""
+    scores = token_level_rewards.sum(dim=-1)
+    ids, num_groups = group_ids(index, scores.device)
+    return scores, ids, num_groups
+
+
 def _group_stats(scores: torch.Tensor, ids: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, ...]:
     """Per-group (count, mean, unbiased std), each (G,). Groups of one get mean 0 and std 1 (verl's convention)."""
-    counts = _group_sum(torch.ones_like(scores), ids, num_groups)
+    counts = _group_counts(ids, num_groups, scores.dtype)
     mean = _group_sum(scores, ids, num_groups) / counts
     squares = _group_sum((scores - mean[ids]) ** 2, ids, num_groups)
     std = torch.sqrt(squares / (counts - 1).clamp_min(1.0))
@@ -77,8 +91,7 @@ def compute_grpo_outcome_advantage(
     Keyword arguments used: `index`, `epsilon`, `norm_adv_by_std_in_grpo`.
     """
     with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        ids, num_groups = group_ids(index, scores.device)
+        scores, ids, num_groups = _outcome_scores_and_groups(token_level_rewards, index)
         _, mean, std = _group_stats(scores, ids, num_groups)
         advantages = scores - mean[ids]
         if norm_adv_by_std_in_grpo:
@@ -104,8 +117,7 @@ def compute_grpo_passk_outcome_advantage(
     Keyword arguments used: `index`, `epsilon`, `norm_adv_by_std_in_grpo`.
     """
     with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        ids, num_groups = group_ids(index, scores.device)
+        scores, ids, num_groups = _outcome_scores_and_groups(token_level_rewards, index)
         counts, _, std = _group_stats(scores, ids, num_groups)
         if bool((counts < 2).any()):  # host sync: controller-side, once per step
             raise ValueError(
@@ -141,9 +153,8 @@ def compute_rloo_outcome_advantage(
     Keyword arguments used: `index`.
     """
     with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        ids, num_groups = group_ids(index, scores.device)
-        counts = _group_sum(torch.ones_like(scores), ids, num_groups)[ids]
+        scores, ids, num_groups = _outcome_scores_and_groups(token_level_rewards, index)
+        counts = _group_counts(ids, num_groups, scores.dtype)[ids]
         others_sum = _group_sum(scores, ids, num_groups)[ids] - scores
         baseline = torch.where(counts > 1, others_sum / (counts - 1).clamp_min(1.0), torch.zeros_like(scores))
         return _broadcast(scores - baseline, response_mask)
@@ -165,8 +176,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     Keyword arguments used: `index`.
     """
     with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        ids, num_groups = group_ids(index, scores.device)
+        scores, ids, num_groups = _outcome_scores_and_groups(token_level_rewards, index)
         _, mean, _ = _group_stats(scores, ids, num_groups)
         advantages, _ = _broadcast(scores - mean[ids], response_mask)
         advantages = masked_whiten(advantages, response_mask) * response_mask.to(advantages.dtype)
@@ -189,10 +199,9 @@ def compute_opo_outcome_advantage(
     baseline under exact on-policy training. Keyword arguments used: `index`.
     """
     with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
+        scores, ids, num_groups = _outcome_scores_and_groups(token_level_rewards, index)
         lengths = response_mask.sum(dim=-1).to(scores.dtype)
-        ids, num_groups = group_ids(index, scores.device)
-        counts = _group_sum(torch.ones_like(scores), ids, num_groups)
+        counts = _group_counts(ids, num_groups, scores.dtype)
         weighted = _group_sum(lengths * scores, ids, num_groups) / _group_sum(lengths, ids, num_groups).clamp_min(1e-8)
         baseline = weighted.masked_fill(counts < 2, 0.0)
         return _broadcast(scores - baseline[ids], response_mask)
@@ -215,8 +224,7 @@ def compute_gpg_outcome_advantage(
     mean_g = 0 for a group of one. Keyword arguments used: `index`, `f_norm`.
     """
     with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        ids, num_groups = group_ids(index, scores.device)
+        scores, ids, num_groups = _outcome_scores_and_groups(token_level_rewards, index)
         _, mean, _ = _group_stats(scores, ids, num_groups)
         alpha = len(scores) / torch.count_nonzero(scores).clamp_min(1).to(scores.dtype)
         return _broadcast(alpha * (scores - mean[ids]) / f_norm, response_mask)

@@ -1,7 +1,8 @@
 """KL divergence between the policy and the reference model: per-token estimators and the KL coefficient.
 
 Shapes: `logprob` and `ref_logprob` are (B, T), the log-probability of each sampled token under the policy and
-under the reference. The estimators follow Schulman, "Approximating KL Divergence" (2020,
+under the reference (these two parameter names are verl's, kept so ported code that passes them by keyword runs;
+everywhere else hyflow spells it `log_prob`). The estimators follow Schulman, "Approximating KL Divergence" (2020,
 http://joschu.net/blog/kl-approx.html). The KL is used either as a loss term (`actor.use_kl_loss`,
 `actor.kl_loss_type`) or inside the reward (`algorithm.use_kl_in_reward`, `algorithm.kl_penalty`,
 `algorithm.kl_ctrl`).

@@ -25,12 +25,15 @@ from hyflow.algorithms.registry import register_policy_loss
 
 __all__ = [
     "aggregate_token_losses",
+    "clamp_log_ratio",
     "clip_bounds",
     "compute_policy_loss_cispo",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_vanilla",
     "config_value",
+    "policy_loss_metrics",
+    "surrogate_terms",
 ]
 
 _AGG_KWARGS = ("global_num_tokens", "global_batch_size", "loss_scale_factor", "dp_size")
@@ -67,13 +70,35 @@ def clip_bounds(config: Any) -> tuple[float, float]:
     return (clip_ratio if low is None else low), (clip_ratio if high is None else high)
 
 
-def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
-    """log(π/π_old), clamped to ±20 so exp() cannot overflow."""
-    return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+def clamp_log_ratio(log_ratio: torch.Tensor) -> torch.Tensor:
+    """log(π/π_old) clamped to ±20, so exp() cannot overflow."""
+    return torch.clamp(log_ratio, min=-20.0, max=20.0)
 
 
-def _zero(like: torch.Tensor) -> torch.Tensor:
-    return torch.zeros((), dtype=like.dtype, device=like.device)
+def surrogate_terms(
+    ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's two surrogate terms per token, before their max: (−A·ρ, −A·clip(ρ, 1 − ε_low, 1 + ε_high))."""
+    return -advantages * ratio, -advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+
+
+def policy_loss_metrics(
+    response_mask: torch.Tensor,
+    ppo_kl: torch.Tensor,
+    clipped: torch.Tensor | None = None,
+    clipped_lower: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """verl's policy-loss metrics as detached masked means over the response tokens (no host sync).
+
+    `ppo_kl` is the per-token KL estimate; `clipped` / `clipped_lower` mark the tokens a clip acted on (bool,
+    (B, T)). A loss without that clip passes None and reports 0.
+    """
+    kl = masked_mean(ppo_kl, response_mask).detach()
+
+    def fraction(tokens: torch.Tensor | None) -> torch.Tensor:
+        return torch.zeros_like(kl) if tokens is None else masked_mean(tokens.float(), response_mask).detach()
+
+    return {"pg_clipfrac": fraction(clipped), "ppo_kl": kl, "pg_clipfrac_lower": fraction(clipped_lower)}
 
 
 @register_policy_loss("vanilla")
@@ -104,19 +129,15 @@ def compute_policy_loss_vanilla(
             f"actor_rollout_ref.actor.clip_ratio_c={clip_ratio_c}: the dual-clip bound must be greater than 1.0 "
             "(verl's default is 3.0)."
         )
-    log_ratio = _log_ratio(log_prob, old_log_prob)
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    log_ratio = clamp_log_ratio(log_prob - old_log_prob)
+    unclipped, clipped = surrogate_terms(torch.exp(log_ratio), advantages, eps_low, eps_high)
     clip_loss = torch.maximum(unclipped, clipped)
     dual_bound = -advantages * clip_ratio_c
     negative = advantages < 0
     pg_losses = torch.where(negative, torch.minimum(clip_loss, dual_bound), clip_loss)
-    metrics = {
-        "pg_clipfrac": masked_mean((clipped > unclipped).float(), response_mask).detach(),
-        "ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
-        "pg_clipfrac_lower": masked_mean(((clip_loss > dual_bound) & negative).float(), response_mask).detach(),
-    }
+    metrics = policy_loss_metrics(
+        response_mask, -log_ratio, clipped=clipped > unclipped, clipped_lower=(clip_loss > dual_bound) & negative
+    )
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
 
 
@@ -146,14 +167,9 @@ def compute_policy_loss_gspo(
     seq_log_ratio = masked_mean(token_log_ratio, response_mask, axis=-1)
     log_seq_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
     seq_ratio = torch.exp(torch.clamp(log_seq_ratio, max=10.0))
-    unclipped = -advantages * seq_ratio
-    clipped = -advantages * torch.clamp(seq_ratio, 1 - eps_low, 1 + eps_high)
+    unclipped, clipped = surrogate_terms(seq_ratio, advantages, eps_low, eps_high)
     pg_losses = torch.maximum(unclipped, clipped)
-    metrics = {
-        "pg_clipfrac": masked_mean((clipped > unclipped).float(), response_mask).detach(),
-        "ppo_kl": masked_mean(-token_log_ratio, response_mask).detach(),
-        "pg_clipfrac_lower": _zero(pg_losses),
-    }
+    metrics = policy_loss_metrics(response_mask, -token_log_ratio, clipped=clipped > unclipped)
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
 
 
@@ -175,11 +191,7 @@ def compute_policy_loss_gpg(
     clip fractions 0.
     """
     pg_losses = -advantages * log_prob
-    metrics = {
-        "pg_clipfrac": _zero(pg_losses),
-        "ppo_kl": masked_mean(old_log_prob - log_prob, response_mask).detach(),
-        "pg_clipfrac_lower": _zero(pg_losses),
-    }
+    metrics = policy_loss_metrics(response_mask, old_log_prob - log_prob)
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
 
 
@@ -202,13 +214,9 @@ def compute_policy_loss_cispo(
     the tokens clipped from below.
     """
     eps_low, eps_high = clip_bounds(config)
-    log_ratio = _log_ratio(log_prob, old_log_prob)
+    log_ratio = clamp_log_ratio(log_prob - old_log_prob)
     ratio = torch.exp(log_ratio)
     weight = torch.clamp(ratio, 1 - eps_low, 1 + eps_high).detach()
     pg_losses = -weight * advantages * log_prob
-    metrics = {
-        "pg_clipfrac": masked_mean((ratio != weight).float(), response_mask).detach(),
-        "ppo_kl": masked_mean(-log_ratio, response_mask).detach(),
-        "pg_clipfrac_lower": masked_mean((ratio < 1 - eps_low).float(), response_mask).detach(),
-    }
+    metrics = policy_loss_metrics(response_mask, -log_ratio, clipped=ratio != weight, clipped_lower=ratio < 1 - eps_low)
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics

@@ -21,7 +21,11 @@ from hyflow.data.preprocess import TASKS
 
 logger = logging.getLogger(__name__)
 
-_SYNTHETIC = ("arith", "countdown")
+# The synthetic tasks and the options of each (the same names as the command-line flags, with `_`).
+_SYNTHETIC_OPTIONS = {
+    "arith": ("train_size", "test_size", "num_digits", "num_operands", "operators", "allow_negative"),
+    "countdown": ("train_size", "test_size", "num_numbers", "max_number"),
+}
 
 
 def write_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> None:
@@ -49,7 +53,7 @@ def prepare_task(
     if task not in TASKS:
         raise ValueError(f"prepare-data: task={task!r} is not known; choose one of {list(TASKS)}.")
     module = importlib.import_module(f"hyflow.data.preprocess.{task}")
-    if task in _SYNTHETIC:
+    if task in _SYNTHETIC_OPTIONS:
         splits = module.make_splits(seed=seed, **options)
     else:
         if input_path is None:
@@ -87,22 +91,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _task_options(args: argparse.Namespace) -> dict[str, Any]:
-    if args.task == "arith":
-        return dict(
-            train_size=args.train_size,
-            test_size=args.test_size,
-            num_digits=args.num_digits,
-            num_operands=args.num_operands,
-            operators=args.operators,
-            allow_negative=args.allow_negative,
-        )
-    if args.task == "countdown":
-        return dict(
-            train_size=args.train_size,
-            test_size=args.test_size,
-            num_numbers=args.num_numbers,
-            max_number=args.max_number,
-        )
+    if args.task in _SYNTHETIC_OPTIONS:
+        return {name: getattr(args, name) for name in _SYNTHETIC_OPTIONS[args.task]}
     return {"test_fraction": args.test_fraction}
 
 

@@ -12,8 +12,8 @@ def _inputs(seed=0, batch=8, length=16):
     return old, new, adv, mask
 
 
-def naive_covariances(adv, logp, mask):
-    valid = [(i, a, lp) for i, (a, lp, m) in enumerate(zip(adv, logp, mask)) if m]
+def naive_covariances(adv, log_prob, mask):
+    valid = [(i, a, lp) for i, (a, lp, m) in enumerate(zip(adv, log_prob, mask)) if m]
     mean_a = sum(a for _, a, _ in valid) / len(valid)
     mean_lp = sum(lp for _, _, lp in valid) / len(valid)
     return {i: (a - mean_a) * (lp - mean_lp) for i, a, lp in valid}

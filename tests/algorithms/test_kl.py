@@ -26,9 +26,9 @@ NAIVE_KL = {
 @pytest.mark.parametrize("kind", sorted(NAIVE_KL))
 def test_kl_penalty_matches_the_estimator_formula(kind):
     torch.manual_seed(0)
-    logprob, ref = -torch.rand(3, 4) * 2, -torch.rand(3, 4) * 2
-    result = kl_penalty(logprob, ref, kind)
-    for value, lp, rp in zip(result.flatten().tolist(), logprob.flatten().tolist(), ref.flatten().tolist()):
+    log_prob, ref = -torch.rand(3, 4) * 2, -torch.rand(3, 4) * 2
+    result = kl_penalty(log_prob, ref, kind)
+    for value, lp, rp in zip(result.flatten().tolist(), log_prob.flatten().tolist(), ref.flatten().tolist()):
         assert math.isclose(value, NAIVE_KL[kind](lp - rp), rel_tol=1e-5, abs_tol=1e-6)
 
 
@@ -37,12 +37,12 @@ def test_low_var_kl_is_clamped_for_stability():
 
 
 def test_straight_through_variant_has_the_estimators_value_and_the_k2_gradient():
-    logprob = torch.tensor([-0.3, -1.2], requires_grad=True)
+    log_prob = torch.tensor([-0.3, -1.2], requires_grad=True)
     ref = torch.tensor([-0.9, -0.4])
-    value = kl_penalty(logprob, ref, "k3+")
-    assert torch.allclose(value, kl_penalty(logprob, ref, "k3"))
-    (grad,) = torch.autograd.grad(value.sum(), logprob)
-    assert torch.allclose(grad, (logprob - ref).detach())
+    value = kl_penalty(log_prob, ref, "k3+")
+    assert torch.allclose(value, kl_penalty(log_prob, ref, "k3"))
+    (grad,) = torch.autograd.grad(value.sum(), log_prob)
+    assert torch.allclose(grad, (log_prob - ref).detach())
 
 
 def test_unknown_kl_estimator_raises_with_the_allowed_values():

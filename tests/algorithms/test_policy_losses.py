@@ -68,7 +68,7 @@ def test_clip_higher_lets_positive_advantages_raise_the_ratio_further(actor_conf
     higher, metrics = compute_policy_loss_vanilla(old, new, adv, mask, "token-mean", actor_config(clip_ratio_high=0.28))
     (higher_grad,) = torch.autograd.grad(higher, new)
     assert symmetric_grad.item() == 0.0  # clipped at 1.2: no gradient
-    assert math.isclose(higher_grad.item(), -1.25, rel_tol=1e-5)  # d(-ratio)/dlogp = -ratio
+    assert math.isclose(higher_grad.item(), -1.25, rel_tol=1e-5)  # d(-ratio)/d(log_prob) = -ratio
     assert metrics["pg_clipfrac"].item() == 0.0
 
 

@@ -41,3 +41,13 @@ def test_countdown_ground_truth_survives_parquet(tmp_path):
 def test_missing_input_for_a_raw_dataset_is_reported_with_exit_code_2(tmp_path, caplog):
     assert hyflow_main(["prepare-data", "gsm8k", "--output", str(tmp_path)]) == 2
     assert "--input is required" in caplog.text
+
+
+def test_prepare_data_command_passes_each_synthetic_task_its_own_flags(tmp_path):
+    sizes = ["--train-size", "2", "--test-size", "1", "--output"]
+    assert hyflow_main(["prepare-data", "countdown", *sizes, str(tmp_path / "c"), "--num-numbers", "4"]) == 0
+    truth = pq.read_table(tmp_path / "c" / "train.parquet").to_pylist()[0]["reward_model"]["ground_truth"]
+    assert len(truth["numbers"]) == 4
+    assert hyflow_main(["prepare-data", "arith", *sizes, str(tmp_path / "a"), "--num-operands", "3"]) == 0
+    expression = pq.read_table(tmp_path / "a" / "test.parquet").to_pylist()[0]["extra_info"]["expression"]
+    assert len(expression.split()) == 5  # three operands, two operators

@@ -112,3 +112,22 @@ def test_countdown_targets_are_reachable_with_every_number_once():
 def test_bad_difficulty_settings_name_the_setting(make, kwargs, key):
     with pytest.raises(ValueError, match=key):
         make(3, seed=0, **kwargs)
+
+
+def test_records_without_a_row_are_skipped_and_counted_in_a_warning(tmp_path, caplog):
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(record) for record in MATH_RECORDS))
+    with caplog.at_level("WARNING"):
+        splits = math_pre.make_splits(tmp_path)
+    assert [len(splits["train"]), len(splits["test"])] == [1, 1]
+    assert caplog.text.count("skipped 1 problems without a boxed answer") == 2
+
+
+def test_synthetic_train_and_test_splits_come_from_consecutive_seeds():
+    splits = arith.make_splits(train_size=4, test_size=3, seed=7)
+    assert splits["train"] == arith.make_rows(4, 7, "train")
+    assert splits["test"] == arith.make_rows(3, 8, "test")
+
+
+def test_expressions_are_written_operand_operator_operand():
+    assert arith.format_expression([12, 34, 5], ["+", "*"]) == "12 + 34 * 5"

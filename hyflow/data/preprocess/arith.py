@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from hyflow.data.preprocess.common import make_row
+from hyflow.data.preprocess.common import make_row, seeded_splits
 
 DATA_SOURCE = "arith"
 INSTRUCTION = "Put the answer in <answer></answer>."
@@ -40,6 +40,11 @@ def evaluate(operands: list[int], ops: list[str]) -> int:
     return sum(sign * term for sign, term in zip(signs, terms))
 
 
+def format_expression(operands: list[int], ops: list[str]) -> str:
+    """`operands[0] ops[0] operands[1] ...` as text, e.g. `12 + 34 * 5`."""
+    return str(operands[0]) + "".join(f" {op} {value}" for op, value in zip(ops, operands[1:]))
+
+
 def make_problem(
     rng: random.Random, num_digits: int, num_operands: int, operators: str, allow_negative: bool = False
 ) -> tuple[str, int]:
@@ -50,8 +55,7 @@ def make_problem(
         ops = [rng.choice(operators) for _ in range(num_operands - 1)]
         value = evaluate(operands, ops)
         if value >= 0 or allow_negative:
-            expression = str(operands[0]) + "".join(f" {op} {v}" for op, v in zip(ops, operands[1:]))
-            return expression, value
+            return format_expression(operands, ops), value
 
 
 def make_rows(
@@ -80,7 +84,4 @@ def make_splits(
     train_size: int = 1000, test_size: int = 100, seed: int = 0, **difficulty: Any
 ) -> dict[str, list[dict[str, Any]]]:
     """Train and test rows from two different seeds (`seed` and `seed + 1`); `difficulty` goes to `make_rows`."""
-    return {
-        "train": make_rows(train_size, seed, "train", **difficulty),
-        "test": make_rows(test_size, seed + 1, "test", **difficulty),
-    }
+    return seeded_splits(make_rows, train_size, test_size, seed, **difficulty)

@@ -1,4 +1,5 @@
-"""Helpers shared by the preprocessors: reading raw files in their original formats and building schema rows."""
+"""Helpers shared by the preprocessors: reading raw files in their original formats, building schema rows, and
+turning them into train/test splits (raw datasets: `convert_raw_splits`; synthetic tasks: `seeded_splits`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import logging
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,34 @@ def require_field(record: dict, key: str, source: str, index: int) -> Any:
             "is this the original dataset format?"
         )
     return record[key]
+
+
+def convert_raw_splits(
+    input_path: str | os.PathLike,
+    test_fraction: float,
+    seed: int,
+    to_row: Callable[[dict[str, Any], str, int, str], dict[str, Any] | None],
+    skipped: str = "records",
+) -> dict[str, list[dict[str, Any]]]:
+    """Rows of each split of a raw dataset (`load_raw_splits`), one `to_row(record, split, index, source)` per record.
+
+    A record for which `to_row` returns None is left out and counted in a warning that reads `skipped <n> <skipped>`.
+    """
+    splits: dict[str, list[dict[str, Any]]] = {}
+    for split, records in load_raw_splits(input_path, test_fraction, seed).items():
+        rows = [to_row(record, split, index, f"{input_path} ({split})") for index, record in enumerate(records)]
+        splits[split] = [row for row in rows if row is not None]
+        if len(splits[split]) < len(rows):
+            logger.warning("%s: skipped %d %s", f"{input_path} ({split})", len(rows) - len(splits[split]), skipped)
+    return splits
+
+
+def seeded_splits(
+    make_rows: Callable[..., list[dict[str, Any]]], train_size: int, test_size: int, seed: int, **difficulty: Any
+) -> dict[str, list[dict[str, Any]]]:
+    """Train and test rows of a synthetic task from two different seeds (`seed` and `seed + 1`), so they differ;
+    `make_rows(num_rows, seed, split, **difficulty)` builds each."""
+    return {
+        "train": make_rows(train_size, seed, "train", **difficulty),
+        "test": make_rows(test_size, seed + 1, "test", **difficulty),
+    }

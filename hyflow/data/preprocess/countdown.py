@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from hyflow.data.preprocess.arith import evaluate
-from hyflow.data.preprocess.common import make_row
+from hyflow.data.preprocess.arith import evaluate, format_expression
+from hyflow.data.preprocess.common import make_row, seeded_splits
 
 DATA_SOURCE = "countdown"
 INSTRUCTION = "Put the answer in <answer></answer>."
@@ -30,8 +30,7 @@ def make_problem(rng: random.Random, num_numbers: int, max_number: int) -> tuple
         ops = [rng.choice(_OPERATORS) for _ in range(num_numbers - 1)]
         target = evaluate(order, ops)
         if target > 0:
-            solution = str(order[0]) + "".join(f" {op} {value}" for op, value in zip(ops, order[1:]))
-            return numbers, target, solution
+            return numbers, target, format_expression(order, ops)
     raise RuntimeError(f"countdown: no positive target found in {_MAX_ATTEMPTS} draws")  # unreachable with ops "+*"
 
 
@@ -63,7 +62,4 @@ def make_splits(
     train_size: int = 1000, test_size: int = 100, seed: int = 0, **difficulty: Any
 ) -> dict[str, list[dict[str, Any]]]:
     """Train and test rows from two different seeds (`seed` and `seed + 1`); `difficulty` goes to `make_rows`."""
-    return {
-        "train": make_rows(train_size, seed, "train", **difficulty),
-        "test": make_rows(test_size, seed + 1, "test", **difficulty),
-    }
+    return seeded_splits(make_rows, train_size, test_size, seed, **difficulty)

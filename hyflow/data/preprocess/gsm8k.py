@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hyflow.data.preprocess.common import load_raw_splits, make_row, require_field
+from hyflow.data.preprocess.common import convert_raw_splits, make_row, require_field
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -39,8 +39,4 @@ def to_row(record: dict[str, Any], split: str, index: int, source: str = "gsm8k"
 
 def make_splits(input_path: str | os.PathLike, seed: int = 0, test_fraction: float = 0.1) -> dict[str, list[dict]]:
     """Rows of each split from a folder with the train/test files, or from one file split by `test_fraction`."""
-    raw = load_raw_splits(input_path, test_fraction, seed)
-    return {
-        split: [to_row(r, split, i, f"{input_path} ({split})") for i, r in enumerate(rows)]
-        for split, rows in raw.items()
-    }
+    return convert_raw_splits(input_path, test_fraction, seed, to_row)

@@ -8,14 +8,11 @@ parquet copies with the same fields work too.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
-from hyflow.data.preprocess.common import load_raw_splits, make_row, require_field
+from hyflow.data.preprocess.common import convert_raw_splits, make_row, require_field
 from hyflow.reward.scorers.math import last_boxed_only_string
-
-logger = logging.getLogger(__name__)
 
 DATA_SOURCE = "lighteval/MATH"
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -44,11 +41,4 @@ def to_row(record: dict[str, Any], split: str, index: int, source: str = "math")
 
 def make_splits(input_path: str | os.PathLike, seed: int = 0, test_fraction: float = 0.1) -> dict[str, list[dict]]:
     """Rows of each split; problems whose solution has no `\\boxed{}` answer are skipped (and counted)."""
-    raw = load_raw_splits(input_path, test_fraction, seed)
-    splits: dict[str, list[dict]] = {}
-    for split, records in raw.items():
-        rows = [to_row(r, split, i, f"{input_path} ({split})") for i, r in enumerate(records)]
-        splits[split] = [row for row in rows if row is not None]
-        if len(splits[split]) < len(rows):
-            logger.warning("math %s: skipped %d problems without a boxed answer", split, len(rows) - len(splits[split]))
-    return splits
+    return convert_raw_splits(input_path, test_fraction, seed, to_row, skipped="problems without a boxed answer")

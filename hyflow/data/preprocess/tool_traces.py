@@ -36,11 +36,17 @@ TOOL_SCHEMA = CalculatorTool.default_schema
 
 
 def make_problem(rng: random.Random, num_digits: int, operators: str) -> tuple[str, int]:
-    """Two operands of exactly `num_digits` digits (the first operator of `operators` picked at random)."""
+    """Two operands of exactly `num_digits` digits and an operator of `operators`, drawn again until the result
+    has the most digits the operator gives (`2 * num_digits` for `*`, `num_digits + 1` for `+`, `num_digits` for
+    `-`, never negative): every trace of one task then has the same token layout, so the numbers a model must copy
+    (question -> call, tool response -> answer) always sit the same distance back."""
     low, high = 10 ** (num_digits - 1), 10**num_digits - 1
-    a, b, op = rng.randint(low, high), rng.randint(low, high), rng.choice(operators)
-    value = {"*": a * b, "+": a + b, "-": a - b}[op]
-    return f"{a} {op} {b}", value
+    while True:
+        a, b, op = rng.randint(low, high), rng.randint(low, high), rng.choice(operators)
+        value = {"*": a * b, "+": a + b, "-": a - b}[op]
+        width = {"*": 2 * num_digits, "+": num_digits + 1, "-": num_digits}[op]
+        if value >= 0 and len(str(value)) == width:
+            return f"{a} {op} {b}", value
 
 
 def trace_messages(question: str, expression: str, value: int) -> list[dict[str, Any]]:

@@ -1,0 +1,150 @@
+"""The micro-batch loops that `DataParallelPPOActor` and `DataParallelPPOCritic` share.
+
+    outputs, bins = forward_without_grad(module, batch, data.meta_info, device, forward)   # log-probs, values
+    metrics = run_ppo_epochs(module, optimizer, batch, config, mini_batch_size=..., seed=..., device=...,
+                             metric_prefix="actor", micro_batch_loss=loss_fn)            # the update
+
+One optimizer step per mini-batch: cut it into micro-batches (a fixed size, or a token budget with
+`use_dynamic_bsz`), count its tokens and sequences over all ranks (`global_counts`, so each micro-batch's loss is
+normalised by the whole mini-batch and the micro-batch losses add up to the mini-batch loss), accumulate the
+gradients, clip, step. Metrics stay tensors on the device and reach the host once per update
+(`reduce_metrics_across_ranks`). Each micro-batch is trimmed to the columns that hold tokens and copied to the device.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from tensordict import TensorDict
+
+from hyflow import fields as F
+from hyflow.workers.batching import split_micro_batches, split_mini_batches, to_device, trim_padding
+from hyflow.workers.fsdp import is_distributed, reshard, training_device
+from hyflow.workers.optim import clip_grad_norm_and_step
+
+__all__ = [
+    "accumulate_and_step",
+    "forward_without_grad",
+    "global_counts",
+    "reduce_metrics_across_ranks",
+    "run_ppo_epochs",
+]
+
+MicroBatchLoss = Callable[[TensorDict, dict[str, Any]], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def global_counts(response_mask: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(tokens, sequences with at least one token, dp size) of the mini-batch summed over all ranks."""
+    counts = to_device(torch.stack([response_mask.sum(), (response_mask.sum(-1) > 0).sum()]).float(), device)
+    dp_size = 1
+    if is_distributed():
+        dist.all_reduce(counts)  # one collective per mini-batch; no host sync
+        dp_size = dist.get_world_size()
+    return counts[0], counts[1], dp_size
+
+
+def reduce_metrics_across_ranks(step_metrics: list[dict[str, torch.Tensor]]) -> dict[str, list[float]]:
+    """Sum each metric's per-rank contributions over ranks (one all-reduce) and bring them to the host once."""
+    if not step_metrics:
+        return {}
+    names = sorted(step_metrics[0])
+    # host sync: once per update, after the last optimizer step
+    stacked = torch.stack([torch.stack([m[name].detach().float().cpu() for name in names]) for m in step_metrics])
+    summed = torch.tensor([not name.endswith(("grad_norm", "lr", "num_skipped_steps")) for name in names])
+    if is_distributed():
+        reduced = (stacked * summed).to(training_device() if dist.get_backend() == "nccl" else "cpu")
+        dist.all_reduce(reduced)
+        stacked = torch.where(summed, reduced.cpu(), stacked)
+    values = stacked.tolist()
+    return {name: [row[i] for row in values] for i, name in enumerate(names)}
+
+
+def forward_without_grad(
+    module: torch.nn.Module,
+    batch: TensorDict,
+    meta_info: dict[str, Any],
+    device: torch.device,
+    forward: Callable[[TensorDict], Any],
+) -> tuple[list[Any], list[list[int]]]:
+    """`forward` of each micro-batch in eval mode: (outputs, bins); `restore_order(outputs, bins)` gives row order.
+
+    The micro-batches are cut as `meta_info` says: `micro_batch_size`, or `use_dynamic_bsz` with `max_token_len`
+    as the token budget. Each reaches `forward` trimmed and on `device`. The module's train/eval mode is restored.
+    """
+    max_token_len = meta_info.get(F.MAX_TOKEN_LEN) if meta_info.get(F.USE_DYNAMIC_BSZ, False) else None
+    micro_batches, bins = split_micro_batches(batch, meta_info.get(F.MICRO_BATCH_SIZE), max_token_len)
+    was_training = module.training
+    module.eval()
+    with torch.no_grad():
+        outputs = [forward(to_device(trim_padding(micro), device)) for micro in micro_batches]
+    reshard(module)
+    module.train(was_training)
+    return outputs, bins
+
+
+def accumulate_and_step(
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    mini: TensorDict,
+    config: Any,
+    device: torch.device,
+    metric_prefix: str,
+    micro_batch_loss: MicroBatchLoss,
+) -> dict[str, torch.Tensor]:
+    """One optimizer step: accumulate gradients over the micro-batches of `mini`, then clip and step.
+
+    `micro_batch_loss(micro, agg_kwargs)` gets each micro-batch trimmed and on `device`, and the mini-batch's global
+    counts for `agg_loss` (`global_num_tokens`, `global_batch_size`, `loss_scale_factor`, `dp_size`); it returns
+    the micro-batch's share of the loss and its metric contributions, which are summed. `config` is the actor or
+    critic config (`ppo_micro_batch_size_per_gpu`, `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`, `grad_clip`);
+    `metric_prefix` names the step's own metrics (`<metric_prefix>/grad_norm`, `/num_skipped_steps`, `/lr`).
+    """
+    max_token_len = config.ppo_max_token_len_per_gpu if config.use_dynamic_bsz else None
+    micro_batches, _ = split_micro_batches(mini, config.ppo_micro_batch_size_per_gpu, max_token_len)
+    num_tokens, num_seqs, dp_size = global_counts(mini[F.RESPONSE_MASK], device)
+    agg_kwargs = {
+        "global_num_tokens": num_tokens,
+        "global_batch_size": num_seqs,
+        "loss_scale_factor": mini[F.RESPONSES].shape[-1],
+        "dp_size": dp_size,
+    }
+    optimizer.zero_grad(set_to_none=True)
+    metrics: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), device=device))
+    for micro in micro_batches:
+        loss, micro_metrics = micro_batch_loss(to_device(trim_padding(micro), device), agg_kwargs)
+        loss.backward()
+        for name, value in micro_metrics.items():
+            metrics[name] = metrics[name] + value
+    grad_norm, skipped = clip_grad_norm_and_step(module, optimizer, config.grad_clip)
+    metrics[f"{metric_prefix}/grad_norm"] = grad_norm
+    metrics[f"{metric_prefix}/num_skipped_steps"] = skipped
+    metrics[f"{metric_prefix}/lr"] = torch.tensor(optimizer.param_groups[0]["lr"])
+    return dict(metrics)
+
+
+def run_ppo_epochs(
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: TensorDict,
+    config: Any,
+    *,
+    mini_batch_size: int,
+    seed: int,
+    device: torch.device,
+    metric_prefix: str,
+    micro_batch_loss: MicroBatchLoss,
+) -> dict[str, list[float]]:
+    """`config.ppo_epochs` passes over `batch` in mini-batches (shuffled with `seed` when `config.shuffle`), one
+    `accumulate_and_step` each; returns every metric with one value per optimizer step, summed over ranks."""
+    generator = torch.Generator().manual_seed(seed)
+    step_metrics = []
+    for _ in range(config.ppo_epochs):
+        for mini in split_mini_batches(batch, mini_batch_size, config.shuffle, generator):
+            step_metrics.append(
+                accumulate_and_step(module, optimizer, mini, config, device, metric_prefix, micro_batch_loss)
+            )
+    return reduce_metrics_across_ranks(step_metrics)
