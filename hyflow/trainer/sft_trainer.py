@@ -95,7 +95,8 @@ class SFTTrainer:
         if model_config.custom_chat_template:
             self.tokenizer.chat_template = model_config.custom_chat_template
         self._build_data()
-        self.module = builders.build_policy(model_config, model_config.fsdp_config, build_device_mesh(), path, True)
+        mesh = build_device_mesh()
+        self.module = builders.build_policy(model_config, model_config.fsdp_config, mesh, path, trainable=True)
         optim_config = dataclasses.replace(config.optim, total_training_steps=self.total_steps)
         self.optimizer, self.lr_scheduler = builders.build_optimizer_and_scheduler(self.module, optim_config)
         checkpoint = config.checkpoint
