@@ -163,7 +163,16 @@ class RLHFDataset(Dataset):
 
     def _tokenize_prompt(self, row: dict[str, Any], path: str, index: int) -> list[int]:
         text = self.render_prompt(row, f"data file {path!r}", index)
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not ids:
+            name = getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
+            raise ValueError(
+                f"data file {path!r}, row {index}, column {self.config.prompt_key!r}: the prompt tokenizes to no "
+                f"tokens with the tokenizer {name!r}. Check that the tokenizer matches the data (a tokenizer "
+                "saved beside a model may load as the model's own tokenizer class: point "
+                "actor_rollout_ref.model.tokenizer_path at its folder), or set a chat template that renders it."
+            )
+        return ids
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -144,3 +144,10 @@ def test_tools_kwargs_from_parquet_lose_the_none_entries_of_tools_a_row_does_not
     assert dataset.rows[0]["extra_info"]["tools_kwargs"]["search"] is None  # what parquet gives back
     assert dataset[0]["tools_kwargs"] == {"calc": {"create_kwargs": {"x": 1}}}
     assert dataset[1]["tools_kwargs"] == {"search": {"create_kwargs": {"k": 2}}}
+
+
+def test_a_prompt_that_tokenizes_to_nothing_fails_at_load_naming_the_tokenizer(tokenizer, write_rows, monkeypatch):
+    path = write_rows([_row()])
+    monkeypatch.setattr(tokenizer, "chat_template", "{% for m in messages %}{% endfor %}")  # renders nothing
+    with pytest.raises(ValueError, match=r"row 0, column 'prompt': the prompt tokenizes to no tokens"):
+        RLHFDataset(path, tokenizer, DataConfig(max_prompt_length=64))

@@ -1,0 +1,431 @@
+"""One GRPO step: hyflow's `PPOTrainer` (local backend) against TRL's `GRPOTrainer` (no vLLM), same run.
+
+    python benchmarks/grpo_step.py                # CUDA: Qwen2-0.5B shape, 8 prompts x 8 samples, 64 -> 256 tokens
+    python benchmarks/grpo_step.py --tiny         # CPU: a tiny model and small shapes (a smoke test, ~15 s)
+    python benchmarks/grpo_step.py --only hyflow  # one side only (also: --only trl)
+
+Both sides train the same random-weight model (saved once to a temp folder with a WordLevel tokenizer over the
+whole vocabulary, so random token ids decode to text) on the same random prompts:
+
+- `--prompts` prompts x `--n` samples per step, prompts of exactly `--prompt-length` tokens, responses of exactly
+  `--response-length` tokens (hyflow: `rollout.ignore_eos`; TRL: `min_new_tokens`), sampling at temperature 1;
+- GRPO advantages, beta = 0 (no reference model, no KL), one optimizer step per generation batch (the mini-batch
+  is the whole batch), no gradient checkpointing, AdamW (lr 1e-6, weight decay 0.01, constant);
+- the same reward, `compute_score` below: the length of the decoded response in characters / 1000.
+
+Where the sides differ by design: hyflow keeps fp32 master weights and computes in bf16 (FSDP2 mixed precision),
+TRL trains the bf16 model as loaded (as the measured TRL baseline did); hyflow recomputes the old
+log-probs with a forward pass (`old_log_prob` stage), which TRL skips when each batch gets one optimizer step;
+TRL runs the whole batch as one micro-batch, hyflow in `--micro-batch-size` pieces.
+
+hyflow runs `PPOTrainer.fit()` for `--steps` steps and reads each step's `timing_s/*` metrics from its `file`
+logger (the checkpoint it writes after the last step holds no model or optimizer state here, and its time is
+taken out of that step). TRL's step times come from a callback around each optimizer step. TRL is skipped with a
+message when it is not installed (`pip install trl==1.16.0`).
+
+Printed: a table of step 1 (warm-up) and the mean of steps 2..N for both sides, hyflow's stages, the ratio
+TRL / hyflow, and one JSON line with all of it; the JSON is also written to `$OUT/grpo_step.json` when `$OUT` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.util
+import json
+import logging
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+import transformers
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, TrainerCallback
+
+SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"]  # the last four ids of the vocabulary
+CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"  # the prompt text, as is
+LEARNING_RATE, WEIGHT_DECAY = 1e-6, 0.01  # hyflow's AdamW defaults, given to TRL too
+STAGE_ORDER = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
+
+logger = logging.getLogger("grpo_step")
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
+    """The reward of both sides (hyflow loads this file as its `custom_reward_function`): response characters / 1000."""
+    return len(solution_str) / 1000.0
+
+
+def trl_length_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    """`compute_score` in TRL's reward-function signature."""
+    return [compute_score("bench", completion, None) for completion in completions]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tiny", action="store_true", help="tiny model and small shapes on CPU (smoke test)")
+    parser.add_argument("--only", choices=["hyflow", "trl"], default=None, help="run one side only")
+    parser.add_argument("--steps", type=int, default=4, help="GRPO steps per side; step 1 is reported as warm-up")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    parser.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n / num_generations)")
+    parser.add_argument("--prompt-length", type=int, default=64)
+    parser.add_argument("--response-length", type=int, default=256)
+    parser.add_argument("--micro-batch-size", type=int, default=32, help="hyflow's update micro-batch (sequences)")
+    parser.add_argument("--log-prob-micro-batch-size", type=int, default=64, help="hyflow's old-log-prob micro-batch")
+    args = parser.parse_args()
+    if args.tiny:
+        args.prompts, args.n, args.prompt_length, args.response_length = 4, 4, 16, 32
+        args.micro_batch_size, args.log_prob_micro_batch_size = 8, 16
+    if args.steps < 2:
+        parser.error(f"--steps={args.steps}: need at least 2 (step 1 is warm-up, the mean is over steps 2..N)")
+    return args
+
+
+def model_config(tiny: bool) -> Qwen2Config:
+    """Qwen2-0.5B's shape (494M parameters), or a ~100K-parameter model for `--tiny`; specials are the last ids."""
+    if tiny:
+        sizes = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+    else:
+        sizes = dict(
+            vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14
+        )
+    vocab_size = sizes["vocab_size"]
+    config = Qwen2Config(
+        **sizes, num_key_value_heads=2, max_position_embeddings=4096, rope_theta=1000000.0, tie_word_embeddings=True,
+        pad_token_id=vocab_size - 4, bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1,
+    )  # fmt: skip
+    config.architectures = ["Qwen2ForCausalLM"]
+    return config
+
+
+def build_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer with one word `t<id>` per id, so any id sequence decodes and re-encodes exactly."""
+    vocab = {f"t{i}": i for i in range(vocab_size - len(SPECIAL_TOKENS))}
+    vocab.update({token: vocab_size - len(SPECIAL_TOKENS) + j for j, token in enumerate(SPECIAL_TOKENS)})
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    pad, unk, bos, eos = SPECIAL_TOKENS
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=pad, unk_token=unk, bos_token=bos, eos_token=eos, padding_side="left"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_assets(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Save the random model (bf16 on the GPU run, fp32 for `--tiny`) under `root/model`, its tokenizer under
+    `root/tokenizer`, and `--steps` batches of random prompts as verl-schema parquet; returns the paths and the
+    prompt texts.
+
+    The tokenizer has a folder of its own because transformers 5 loads a tokenizer that sits next to a qwen2
+    config.json as `Qwen2Tokenizer` (a BPE), whatever class tokenizer_config.json names, and a WordLevel vocabulary
+    read as BPE encodes every prompt to nothing."""
+    from hyflow.models.tiny import save_tokenizer
+
+    config = model_config(args.tiny)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model_dir = root / "model"
+    model.to(torch.float32 if args.tiny else torch.bfloat16).save_pretrained(model_dir)
+    tokenizer_dir = root / "tokenizer"
+    save_tokenizer(build_tokenizer(config.vocab_size), tokenizer_dir)
+    num_params = sum(p.numel() for p in model.parameters())
+    del model
+    rng = random.Random(0)
+    words = config.vocab_size - len(SPECIAL_TOKENS)
+    num_prompts = args.prompts * args.steps  # one epoch: no prompt is used twice
+    prompts = [" ".join(f"t{rng.randrange(words)}" for _ in range(args.prompt_length)) for _ in range(num_prompts)]
+    rows = [
+        {
+            "data_source": "bench",
+            "prompt": [{"role": "user", "content": text}],
+            "ability": "bench",
+            "reward_model": {"style": "rule", "ground_truth": ""},
+            "extra_info": {"index": index},
+        }
+        for index, text in enumerate(prompts)
+    ]
+    train_file = root / "train.parquet"
+    pd.DataFrame(rows).to_parquet(train_file)
+    return {
+        "model": str(model_dir), "tokenizer": str(tokenizer_dir), "train": str(train_file), "prompts": prompts,
+        "num_params": num_params,
+    }  # fmt: skip
+
+
+def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> list[str]:
+    """GRPO, beta = 0, one optimizer step per batch, local backend, no validation, no model checkpoint."""
+    return [
+        f"data.train_files={assets['train']}",
+        f"data.train_batch_size={args.prompts}",
+        f"data.max_prompt_length={args.prompt_length}",
+        f"data.max_response_length={args.response_length}",
+        "data.shuffle=False",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        f"actor_rollout_ref.model.tokenizer_path={assets['tokenizer']}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch_size}",
+        f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[]",
+        f"actor_rollout_ref.rollout.n={args.n}",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        "actor_rollout_ref.rollout.ignore_eos=True",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.log_prob_micro_batch_size}",
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=False",
+        f"custom_reward_function.path={Path(__file__).resolve()}",
+        "custom_reward_function.name=compute_score",
+        "trainer.backend=local",
+        f"trainer.device={'cpu' if args.tiny else 'auto'}",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        "trainer.logger=[file]",
+        "trainer.project_name=bench",
+        "trainer.experiment_name=grpo_step",
+        f"trainer.default_local_dir={root / 'ckpt'}",
+    ]
+
+
+@contextlib.contextmanager
+def isolated_process_state(root: Path) -> Iterator[None]:
+    """Run in `root` (the trackers write under ./logs) and give the environment back afterwards: the local backend
+    sets RANK / WORLD_SIZE / MASTER_* here, which would make accelerate (TRL) think it runs distributed."""
+    environ = dict(os.environ)
+    try:
+        with contextlib.chdir(root):
+            yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
+    """Train `--steps` GRPO steps with `PPOTrainer.fit()`; returns each step's seconds and `timing_s/*` stages."""
+    from hyflow.config import load_config
+    from hyflow.trainer.ppo_trainer import PPOTrainer
+
+    with isolated_process_state(root):
+        trainer = PPOTrainer(load_config(hyflow_overrides(args, assets, root)))
+        try:
+            trainer.init_workers()
+            trainer.fit()
+        finally:
+            trainer.close()
+        with (trainer.tracking.log_dir / "metrics.jsonl").open() as f:
+            logged = [json.loads(line)["data"] for line in f]
+    stages = []
+    for metrics in logged:
+        timing = {key.removeprefix("timing_s/"): value for key, value in metrics.items() if key.startswith("timing_s/")}
+        timing["step"] -= timing.pop("save_checkpoint", 0.0)  # the end-of-run checkpoint is not part of a step
+        stages.append(timing)
+    return {"step_s": [timing["step"] for timing in stages], "stages_s": stages}
+
+
+def trl_missing() -> str | None:
+    """Why the TRL side cannot run, or None."""
+    missing = [name for name in ("trl", "datasets") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return (
+        f"{' and '.join(missing)} not installed: pip install trl==1.16.0 datasets==5.2.0 dill multiprocess "
+        "(on the device machine: from the wheels in .whl/, see benchmarks/README.md)"
+    )
+
+
+class StepTimer(TrainerCallback):
+    """Wall time of each optimizer step (TRL generates inside it), the device synchronised at both ends."""
+
+    def __init__(self) -> None:
+        self.step_s: list[float] = []
+        self._started = 0.0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        synchronize()
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        synchronize()
+        self.step_s.append(time.perf_counter() - self._started)
+        print(f"TRL step {len(self.step_s)}: {self.step_s[-1]:.2f} s", flush=True)
+
+
+def trl_config(args: argparse.Namespace, root: Path) -> Any:
+    """The same step as hyflow's: one generation batch = one optimizer step, beta = 0, fixed response length."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(root / "trl"),
+        per_device_train_batch_size=args.prompts * args.n,  # the whole generation batch in one micro-batch
+        num_generations=args.n,
+        max_completion_length=args.response_length,
+        generation_kwargs={"min_new_tokens": args.response_length},  # never stop early, like ignore_eos
+        temperature=1.0,
+        beta=0.0,
+        learning_rate=LEARNING_RATE,
+        weight_decay=WEIGHT_DECAY,
+        lr_scheduler_type="constant",  # as hyflow's default
+        max_steps=args.steps,
+        use_vllm=False,
+        gradient_checkpointing=False,
+        bf16=not args.tiny,
+        use_cpu=args.tiny,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+    )
+
+
+def run_trl(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
+    """Train `--steps` steps of TRL's `GRPOTrainer` on the same model folder and prompts; each step's seconds."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(assets["model"], **{dtype_key: dtype})
+    tokenizer = AutoTokenizer.from_pretrained(assets["tokenizer"])
+    timer = StepTimer()
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=trl_length_reward,
+        args=trl_config(args, root),
+        train_dataset=Dataset.from_dict({"prompt": assets["prompts"]}),
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    trainer.train()
+    return {"step_s": timer.step_s}
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
+    """Run one side and summarize it: step 1 apart (warm-up: compilation, CUDA graphs, allocator), the mean of
+    steps 2..N, generated tokens/s; for hyflow each stage's mean over steps 2..N in pipeline order and `other` (the
+    step minus its stages); on CUDA the side's peak memory and what stayed allocated once it was freed."""
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    side = run(args, assets, root)
+    free_memory()
+    steps = side["step_s"]
+    mean = statistics.fmean(steps[1:])
+    generated_tokens = args.prompts * args.n * args.response_length
+    summary = {"step_s": steps, "warmup_s": steps[0], "mean_s": mean, "generated_tokens_per_s": generated_tokens / mean}
+    if "stages_s" in side:
+        later = side["stages_s"][1:]
+        names = {name for timing in later for name in timing if name != "step"}
+        names = sorted(names, key=lambda name: (STAGE_ORDER.index(name) if name in STAGE_ORDER else 99, name))
+        stages = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
+        stages["other"] = mean - sum(stages.values())
+        summary.update(stages_mean_s=stages, stages_s=side["stages_s"])
+    if torch.cuda.is_available():
+        summary["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        summary["memory_left_gib"] = torch.cuda.memory_allocated() / 2**30
+    return summary
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """Step times, generated tokens/s and peak memory of both sides, hyflow's stages, and the ratio."""
+    hyflow, trl = result.get("hyflow"), result.get("trl")
+    shape = result["shape"]
+    print(f"\nGRPO step on {result['device']}: {shape['num_params'] / 1e6:.1f}M params, {shape['prompts']} prompts x "
+          f"{shape['n']} samples, {shape['prompt_length']} -> {shape['response_length']} tokens")  # fmt: skip
+    print(f"{'':<28}{'hyflow':>12}{'TRL':>12}")
+
+    def cell(side: dict[str, Any] | None, key: str, unit: str = "s", digits: int = 2) -> str:
+        return f"{side[key]:>11.{digits}f}{unit}" if side and key in side else f"{'-':>12}"
+
+    print(f"{'step 1 (warm-up)':<28}{cell(hyflow, 'warmup_s')}{cell(trl, 'warmup_s')}")
+    mean_label = f"steps 2-{shape['steps']} mean"
+    print(f"{mean_label:<28}{cell(hyflow, 'mean_s')}{cell(trl, 'mean_s')}")
+    tokens = "generated tok/s"
+    print(f"{tokens:<28}{cell(hyflow, 'generated_tokens_per_s', ' ', 0)}{cell(trl, 'generated_tokens_per_s', ' ', 0)}")
+    if (hyflow or trl or {}).get("peak_memory_gib") is not None:
+        print(f"{'peak memory':<28}{cell(hyflow, 'peak_memory_gib', 'G', 1)}{cell(trl, 'peak_memory_gib', 'G', 1)}")
+    for name, seconds in (hyflow or {}).get("stages_mean_s", {}).items():
+        print(f"{'  hyflow ' + name:<28}{seconds:>11.3f}s")
+    if "ratio_trl_over_hyflow" in result:
+        print(f"TRL / hyflow (steps 2-{shape['steps']} mean): {result['ratio_trl_over_hyflow']:.2f}x")
+    for key in ("trl_skipped", "trl_error"):
+        if key in result:
+            print(f"TRL {key.removeprefix('trl_')}: {result[key]}")
+
+
+def write_result(result: dict[str, Any], echo: bool = True) -> None:
+    """The JSON line on stdout, and in `$OUT/grpo_step.json` when `$OUT` is set (also after the first side, so a
+    crash or a timeout in the second one keeps the first one's numbers)."""
+    line = json.dumps(result)
+    if echo:
+        print(line, flush=True)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "grpo_step.json").write_text(line + "\n")
+
+
+def run_trl_side(args: argparse.Namespace, assets: dict[str, Any], root: Path, result: dict[str, Any]) -> None:
+    """TRL's numbers into `result`, or why there are none (not installed, or the run failed)."""
+    reason = trl_missing()
+    if reason is not None:
+        result["trl_skipped"] = reason
+        return
+    import trl
+
+    result["trl_version"] = trl.__version__
+    try:
+        result["trl"] = measured_side(run_trl, args, assets, root)
+    except Exception as exc:  # the baseline failing must not lose hyflow's numbers of the same run
+        logger.exception("the TRL side failed")
+        result["trl_error"] = f"{type(exc).__name__}: {exc}"
+    free_memory()  # a failed run's objects, now that the exception that held them is gone
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("WANDB_DISABLED", "true")
+    args = parse_args()
+    device = "cpu" if args.tiny or not torch.cuda.is_available() else torch.cuda.get_device_name()
+    result: dict[str, Any] = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__}
+    with tempfile.TemporaryDirectory(prefix="hyflow_grpo_step_") as tmp:
+        root = Path(tmp)
+        assets = build_assets(root, args)
+        result["shape"] = {
+            "num_params": assets["num_params"], "prompts": args.prompts, "n": args.n, "steps": args.steps,
+            "prompt_length": args.prompt_length, "response_length": args.response_length,
+            "generated_tokens": args.prompts * args.n * args.response_length,
+            "micro_batch_size": args.micro_batch_size, "log_prob_micro_batch_size": args.log_prob_micro_batch_size,
+        }  # fmt: skip
+        if args.only in (None, "hyflow"):
+            result["hyflow"] = measured_side(run_hyflow, args, assets, root)
+            write_result(result, echo=False)
+        if args.only in (None, "trl"):
+            run_trl_side(args, assets, root, result)
+    if "hyflow" in result and "trl" in result:
+        result["ratio_trl_over_hyflow"] = result["trl"]["mean_s"] / result["hyflow"]["mean_s"]
+    print_table(result)
+    write_result(result)
+
+
+if __name__ == "__main__":
+    main()
