@@ -27,6 +27,8 @@ class PolicyLossConfig:
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    # Batch fields (names from hyflow/fields.py, e.g. token_level_rewards) passed to the loss as keyword arguments.
+    extra_batch_keys: list[str] = field(default_factory=list)
 
 
 @dataclass

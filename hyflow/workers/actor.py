@@ -100,7 +100,8 @@ class DataParallelPPOActor:
         compute_entropy = config.entropy_coeff != 0
         log_prob, entropy = self._forward(micro, temperature, compute_entropy)
         mask = micro[F.RESPONSE_MASK].to(log_prob.dtype)
-        extra = {F.ROLLOUT_LOG_PROBS: micro[F.ROLLOUT_LOG_PROBS]} if F.ROLLOUT_LOG_PROBS in micro else {}
+        wanted = (F.ROLLOUT_LOG_PROBS, *config.policy_loss.extra_batch_keys)
+        extra = {key: micro[key] for key in wanted if key in micro}
         pg_loss, pg_metrics = self.policy_loss_fn(
             micro[F.OLD_LOG_PROBS],
             log_prob,
@@ -133,6 +134,14 @@ class DataParallelPPOActor:
             keys.append(F.REF_LOG_PROB)
         if F.ROLLOUT_LOG_PROBS in data.batch:
             keys.append(F.ROLLOUT_LOG_PROBS)
+        for key in self.config.policy_loss.extra_batch_keys:
+            if key not in data.batch.keys():  # noqa: SIM118 (TensorDict membership)
+                raise ValueError(
+                    f"actor_rollout_ref.actor.policy_loss.extra_batch_keys names {key!r}, which the update batch "
+                    f"does not carry (it has {sorted(data.batch.keys())}); name a tensor field the trainer fills, "
+                    "e.g. token_level_rewards, token_level_scores, values or returns."
+                )
+            keys.append(key)
         return keys
 
     def update_policy(self, data: DataProto) -> dict[str, list[float]]:

@@ -135,3 +135,30 @@ def test_gradient_checkpointing_does_not_change_the_update(tiny_model_path, ppo_
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
     for p, q in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_a_custom_policy_loss_receives_the_batch_fields_named_in_extra_batch_keys(tiny_model_path, ppo_batch):
+    from hyflow.algorithms import compute_policy_loss_vanilla, register_policy_loss
+
+    received = []
+
+    @register_policy_loss("test_reward_weighted")
+    def reward_weighted(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, **kwargs):
+        received.append(kwargs[F.TOKEN_LEVEL_REWARDS])
+        return compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config)
+
+    data = ppo_batch(batch_size=4, seed=5)
+    data.batch[F.TOKEN_LEVEL_REWARDS] = torch.arange(20, dtype=torch.float32).reshape(4, 5)
+    actor = build_actor(tiny_model_path)
+    actor.config.policy_loss.loss_mode = "test_reward_weighted"
+    actor.config.policy_loss.extra_batch_keys = [F.TOKEN_LEVEL_REWARDS]
+    actor.policy_loss_fn = reward_weighted
+    run_update(actor, data)
+    assert torch.equal(torch.cat(received).sort(dim=0).values, data.batch[F.TOKEN_LEVEL_REWARDS].sort(dim=0).values)
+
+
+def test_an_extra_batch_key_the_batch_does_not_carry_is_a_clear_error(tiny_model_path, ppo_batch):
+    actor = build_actor(tiny_model_path)
+    actor.config.policy_loss.extra_batch_keys = ["token_level_rewrds"]
+    with pytest.raises(ValueError, match="extra_batch_keys names 'token_level_rewrds'"):
+        run_update(actor, ppo_batch(batch_size=4, seed=5))
