@@ -3,6 +3,7 @@
     hyflow demo                                  # arith task, tiny model, CPU or GPU: a few minutes
     hyflow demo --task countdown --model-size small --grpo-steps 60 --output runs/demo
     hyflow demo --sft-steps 0                    # GRPO straight from the random model (it will not learn)
+    hyflow demo --task tools --grpo-prompts 16   # tool calling: SFT on calculator traces, GRPO through the agent loop
 
 What it does, in order (everything lands under `--output`):
 1. builds hyflow's tiny tokenizer and a randomly initialised Qwen2-shaped model (`hyflow.models.tiny`);
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hyflow import demo_tools
+
 logger = logging.getLogger(__name__)
 
 # Model shapes (hidden size, layers, heads, KV heads, MLP width); all use the tiny tokenizer (~520 tokens).
@@ -43,11 +46,12 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
 TASK_OPTIONS: dict[str, dict[str, Any]] = {
     "arith": dict(num_digits=1, num_operands=2, operators="+-"),
     "countdown": dict(num_numbers=3, max_number=9),
+    demo_tools.TASK: dict(num_digits=demo_tools.NUM_DIGITS),  # calculator traces; see hyflow/demo_tools.py
 }
 MAX_PROMPT_LENGTH = 64
 SFT_WINDOW = 10  # steps over which the SFT loss is averaged for the early stop
 VAL_SAMPLES = 4  # answers per validation prompt: accuracy is their mean (mean@4), less noisy than one sample
-MAX_RESPONSE_LENGTH = {"arith": 12, "countdown": 24}
+MAX_RESPONSE_LENGTH = {"arith": 12, "countdown": 24, demo_tools.TASK: demo_tools.MAX_RESPONSE_LENGTH}
 
 
 @dataclass
@@ -90,6 +94,8 @@ def build_assets(plan: DemoPlan, out: Path) -> tuple[str, dict[str, str]]:
     from hyflow.data.prepare import prepare_task
     from hyflow.models.tiny import build_tiny_model
 
+    if plan.task == demo_tools.TASK:
+        return demo_tools.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
     model = build_tiny_model(out / "base_model", arch="qwen2", seed=plan.seed, **MODEL_SIZES[plan.model_size])
     options = dict(train_size=plan.train_size, test_size=plan.test_size, **TASK_OPTIONS[plan.task])
     data = prepare_task(plan.task, out / "data", seed=plan.seed, **options)
@@ -164,7 +170,10 @@ def run_sft_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, t
     from hyflow.demo_plot import CurvePoint
     from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
 
-    trainer = SFTTrainer(load_sft_config(sft_overrides(plan, model, data, out)))
+    overrides = sft_overrides(plan, model, data, out)
+    if plan.task == demo_tools.TASK:
+        overrides = demo_tools.sft_overrides(overrides)
+    trainer = SFTTrainer(load_sft_config(overrides))
     every = max(1, plan.sft_steps // 10)
     losses: list[float] = []
 
@@ -186,7 +195,10 @@ def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, 
     from hyflow.config import load_config
     from hyflow.trainer.ppo_trainer import PPOTrainer
 
-    config = load_config(grpo_overrides(plan, model, data, out, device))
+    overrides = grpo_overrides(plan, model, data, out, device)
+    if plan.task == demo_tools.TASK:
+        overrides = demo_tools.grpo_overrides(overrides)
+    config = load_config(overrides)
     trainer = PPOTrainer(config)
     try:
         trainer.init_workers()
@@ -254,6 +266,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--train-size", type=int, default=defaults.train_size, help="training prompts")
     parser.add_argument("--test-size", type=int, default=defaults.test_size, help="validation prompts")
+    parser.add_argument("--sft-batch-size", type=int, default=defaults.sft_batch_size, help="examples per SFT step")
     parser.add_argument("--grpo-prompts", type=int, default=defaults.grpo_prompts, help="prompts per GRPO step")
     parser.add_argument("--grpo-samples", type=int, default=defaults.grpo_samples, help="answers per prompt")
     parser.add_argument("--test-freq", type=int, default=defaults.test_freq, help="validate every N GRPO steps")
@@ -264,7 +277,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `hyflow demo`."""
     args = _parser().parse_args(argv)
-    for name in ("sft_steps", "grpo_steps", "train_size", "test_size", "grpo_prompts", "grpo_samples"):
+    sizes = ("train_size", "test_size", "sft_batch_size", "grpo_prompts", "grpo_samples")
+    for name in ("sft_steps", "grpo_steps", *sizes):
         minimum = 0 if name.endswith("steps") else 1
         if getattr(args, name) < minimum:
             print(

@@ -1,16 +1,23 @@
-"""The `tools` task of `hyflow demo`: a tiny model learns to call a calculator, then GRPO makes it reliable.
+"""The `tools` task of `hyflow demo`: a tiny model learns to call a calculator, then GRPO makes it more reliable.
 
-    hyflow demo --task tools                     # SFT on calculator traces, then GRPO through the tool agent loop
+    hyflow demo --task tools --sft-steps 800 --sft-target-loss 0 --sft-batch-size 32 --train-size 2000 \
+        --grpo-steps 60 --grpo-prompts 16 --test-size 64 --test-freq 10
 
 What changes from the single-turn tasks (everything else is `hyflow.demo`'s run):
-1. data: `hyflow.data.preprocess.tool_traces` writes products of two 3-digit numbers, which the model cannot
-   compute itself, with a Hermes-format trace per question (call `calculator`, read its result, answer);
+1. data: `hyflow.data.preprocess.tool_traces` writes products with a Hermes-format trace per question (call
+   `calculator` with the expression, read its result, answer);
 2. SFT imitates the whole trace (`messages` + the calculator's schema in `tools`): the loss covers the model's
    tool call and its final answer, never the tool's response;
 3. GRPO runs each prompt through `ToolAgentLoop` (`actor_rollout_ref.rollout.multi_turn`): the model's call is
    parsed, the calculator runs, its result joins the context with response_mask 0, the model answers, and the
-   `arith` scorer rewards a right number in `<answer></answer>`. A short SFT leaves the copying of the expression
-   and of the result error-prone; GRPO raises the share of right answers.
+   `arith` scorer rewards a right number in `<answer></answer>`.
+
+What the model must learn is to copy: the numbers of the question into the call, the tool's result into the
+answer. The tiny model learns that late in SFT (the loss drops suddenly after ~600 steps of 32 traces), and
+imperfectly; GRPO then raises the share of right answers. Measured on a shared 2-core CPU with the command above
+(1-digit operands, the default): validation accuracy 69.1% after SFT -> 79.7% after 60 GRPO steps, 99% of episodes
+calling the tool, none failing; 623 s in all. `NUM_DIGITS = 2` or 3 makes the tool indispensable (products
+a tiny model cannot compute) but needs a longer SFT, since more digits must be copied right.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 TASK = "tools"
-NUM_DIGITS = 3  # digits of each operand: 3-digit products need the tool
+NUM_DIGITS = 1  # digits of each operand (see the module docstring)
 MAX_PROMPT_LENGTH = 352  # the calculator's schema in the system turn takes most of it
 MAX_RESPONSE_LENGTH = 80  # tool call (~34 tokens) + tool response (~21) + answer (~13)
 TOOL_CONFIG = Path(__file__).parent / "agent" / "configs" / "calculator_tool.yaml"
@@ -32,13 +39,15 @@ def with_overrides(base: Sequence[str], updates: dict[str, Any]) -> list[str]:
     return kept + [f"{key}={value}" for key, value in updates.items() if value is not None]
 
 
-def build_assets(plan: Any, out: Path, model_sizes: dict[str, int]) -> tuple[str, dict[str, str]]:
-    """The untrained model folder and the tool traces' train/test parquet files."""
+def build_assets(
+    plan: Any, out: Path, model_sizes: dict[str, int], num_digits: int = NUM_DIGITS
+) -> tuple[str, dict[str, str]]:
+    """The untrained model folder and the tool traces' train/test parquet files (`plan`: a `demo.DemoPlan`)."""
     from hyflow.data.preprocess.tool_traces import write_splits
     from hyflow.models.tiny import build_tiny_model
 
     model = build_tiny_model(out / "base_model", arch="qwen2", seed=plan.seed, **model_sizes)
-    data = write_splits(out / "data", plan.train_size, plan.test_size, plan.seed, num_digits=NUM_DIGITS)
+    data = write_splits(out / "data", plan.train_size, plan.test_size, plan.seed, num_digits=num_digits)
     return model, data
 
 

@@ -6,16 +6,17 @@
 Each row serves both phases of the tool demo:
 - SFT reads `messages` (the whole trace) and `tools` (the calculator's schema, as a JSON string):
 
-      user       Compute 347 * 86. Use the calculator, then put the answer in <answer></answer>.
-      assistant  <tool_call>{"name": "calculator", "arguments": {"expression": "347 * 86"}}</tool_call>
-      tool       29842
-      assistant  <answer>29842</answer>
+      user       Compute 347 * 862. Use the calculator, then put the answer in <answer></answer>.
+      assistant  <tool_call>{"name": "calculator", "arguments": {"expression": "347 * 862"}}</tool_call>
+      tool       299114
+      assistant  <answer>299114</answer>
 
 - GRPO reads the verl schema: `prompt` (the user turn), `agent_name: tool_agent`, `reward_model.ground_truth`
   (the product) and `data_source: arith`, whose scorer checks the number in `<answer></answer>`.
 
-The product of two numbers of `num_digits` digits is out of reach for a tiny model's mental arithmetic, so a right
-answer needs the tool: copy the expression into the call, then copy the tool's result into the answer.
+With two or more digits per operand the product is out of reach for a tiny model's mental arithmetic, so a right
+answer needs the tool: copy the expression into the call, then copy the tool's result into the answer. (With one
+digit, the `hyflow demo --task tools` default, a model could also learn the table by heart.)
 """
 
 from __future__ import annotations
