@@ -43,7 +43,7 @@ from hyflow.agent.tools.registry import import_class, initialize_tools_from_conf
 from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.protocol import DataProto
 from hyflow.rollout.config import SamplingParams
-from hyflow.rollout.worker_rollout import sampling_for_batch
+from hyflow.rollout.worker_rollout import row_sampling_params, sampling_for_batch
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,13 @@ class AgentLoopManager:
         rows = [{key: values[i] for key, values in prompts.non_tensor_batch.items()} for i in range(len(prompts))]
         loop_classes = [get_agent_loop_class(self._agent_name(row)) for row in rows]  # all names checked up front
         params = self.sampling_params(prompts.meta_info)
-        outputs = await asyncio.gather(*(self._run_one(cls, row, params) for cls, row in zip(loop_classes, rows)))
+        # With a batch seed (meta_info["seed"]) each row gets its own seed, as in single-turn rollouts, so a run
+        # resumed from a checkpoint samples the same episodes; the loops derive one seed per turn from it.
+        row_params = row_sampling_params(params, prompts.meta_info.get(F.SEED), len(rows))
+        if not isinstance(row_params, list):
+            row_params = [params] * len(rows)
+        runs = (self._run_one(cls, row, p) for cls, row, p in zip(loop_classes, rows, row_params))
+        outputs = await asyncio.gather(*runs)
         result = self.to_dataproto(list(outputs))
         result.meta_info[F.TIMING] = {"agent_loop/generate_sequences": time.perf_counter() - start}
         return result

@@ -104,7 +104,10 @@ class ToolAgentLoop(AgentLoopBase):
         budget = self.response_length - len(data.response_ids)
         if budget <= 0:
             return self._end(data, "length")
-        params = dataclasses.replace(self.sampling_params, max_tokens=budget)
+        seed = self.sampling_params.seed
+        if seed is not None:  # a fresh, reproducible seed per assistant turn
+            seed = (seed + 7919 * data.assistant_turns) & 0xFFFFFFFF
+        params = dataclasses.replace(self.sampling_params, max_tokens=budget, seed=seed)
         start = time.perf_counter()
         output = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params)
         data.metrics.generate_seconds += time.perf_counter() - start

@@ -168,3 +168,19 @@ def test_agent_loops_listed_in_a_yaml_file_are_registered(tmp_path, tokenizer, m
     out = manager.generate_sequences(batch(["echo_prompt_agent"], n=1))
     assert out.batch[F.RESPONSES][0, :2].tolist() == [7, 7]
     assert np.array_equal(out.batch[F.PROMPTS][0, -3:].numpy(), [5, 6, 7])
+
+
+def test_a_batch_seed_gives_each_row_and_each_turn_its_own_reproducible_seed(
+    tmp_path, tokenizer, make_server, call_text
+):
+    def seeds_of_a_run(seed):
+        server = make_server([call_text("calculator", expression="1 + 1"), "2"])
+        manager = AgentLoopManager(rollout_config(tmp_path, response_length=256), tokenizer, [server])
+        manager.generate_sequences(batch(["tool_agent"] * 2, n=2, seed=seed))
+        return sorted((call["params"].seed for call in server.calls), key=str)
+
+    first = seeds_of_a_run(seed=3)
+    assert len(first) == 4 and len(set(first)) == 4  # 2 rows x 2 turns, all different
+    assert seeds_of_a_run(seed=3) == first
+    assert seeds_of_a_run(seed=4) != first
+    assert seeds_of_a_run(seed=None) == [None] * 4
