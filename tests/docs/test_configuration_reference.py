@@ -19,7 +19,7 @@ def test_every_config_key_has_a_meaning():
     missing = [row.key for row in iter_key_docs() if not row.meaning]
     assert not missing, (
         f"config keys without a meaning: {missing}. Add a comment at the end of the field's line in hyflow/config/ "
-        "(or an entry in hyflow.config.reference.FALLBACK_MEANINGS), then regenerate docs/configuration.md."
+        "(or an entry in hyflow/config/field_meanings.yaml), then regenerate docs/configuration.md."
     )
 
 
