@@ -29,102 +29,18 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from hyflow.fields import describe
 from hyflow.protocol_future import DataProtoFuture
+from hyflow.protocol_values import (
+    check_keys,
+    compact_rows,
+    row_index,
+    same_value,
+    to_object_array,
+)
 
 __all__ = ["DataProto", "DataProtoFuture", "pad_dataproto_to_divisor", "unpad_dataproto"]
 
 Index = int | slice | torch.Tensor | np.ndarray | Sequence[int] | Sequence[bool]
-
-
-class MissingKeyError(KeyError):
-    """A KeyError whose message prints as written (KeyError would wrap it in quotes)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-def _compact(batch: TensorDict) -> TensorDict:
-    """Clone tensors that are views into a larger storage, so pickling a slice does not ship the whole batch."""
-
-    def compact(tensor: torch.Tensor) -> torch.Tensor:
-        needed = tensor.numel() * tensor.element_size()
-        return tensor.clone() if tensor.untyped_storage().nbytes() > needed else tensor
-
-    return batch.apply(compact)
-
-
-def _to_object_array(key: str, value: Any) -> np.ndarray:
-    """Make `value` a numpy object array whose first dimension is the row axis.
-
-    A list of equal-length lists or of dicts stays 1-D (one object per row): numpy would otherwise broadcast it.
-    """
-    if isinstance(value, np.ndarray):
-        return value if value.dtype == object else value.astype(object)
-    if isinstance(value, (list, tuple)):
-        array = np.empty(len(value), dtype=object)
-        for i, item in enumerate(value):
-            array[i] = item
-        return array
-    raise TypeError(
-        f"non_tensor_batch['{key}'] is a {type(value).__name__}; it must be a numpy array or a list with one "
-        f"entry per row. Wrap it: np.array(values, dtype=object)."
-    )
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """Equality that works for tensors, numpy arrays, dicts and lists of them (never raises on ambiguity)."""
-    if a is b:
-        return True
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b.to(a.device))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        a_arr, b_arr = np.asarray(a), np.asarray(b)
-        if a_arr.shape != b_arr.shape:
-            return False
-        return all(_same_value(x, y) for x, y in zip(a_arr.ravel(), b_arr.ravel()))
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError, RuntimeError):
-        return False
-
-
-def _row_index(index: torch.Tensor | np.ndarray | Sequence, length: int) -> np.ndarray:
-    """Turn a bool mask or integer index (tensor, array or list) into an int64 numpy array of rows."""
-    if isinstance(index, torch.Tensor):
-        index = index.detach().cpu().numpy()
-    array = np.asarray(index)
-    if array.ndim != 1:
-        raise IndexError(f"DataProto index must be 1-D, got shape {array.shape}.")
-    if array.dtype == bool:
-        if len(array) != length:
-            raise IndexError(f"boolean index has length {len(array)} but the DataProto has {length} rows.")
-        return np.nonzero(array)[0].astype(np.int64)
-    if array.size == 0:
-        return array.astype(np.int64)
-    if not np.issubdtype(array.dtype, np.integer):
-        raise IndexError(f"DataProto index must hold integers or booleans, got dtype {array.dtype}.")
-    if array.max() >= length or array.min() < -length:
-        raise IndexError(f"DataProto index out of range: rows must lie in [-{length}, {length}), got {array}.")
-    return array.astype(np.int64)
-
-
-def _check_keys(where: str, wanted: Iterable[str], present: Iterable[str]) -> list[str]:
-    """Return `wanted` as a list, or raise naming the missing keys, the available ones and what each one is."""
-    wanted, present = list(wanted), list(present)
-    missing = [key for key in wanted if key not in present]
-    if missing:
-        details = "; ".join(describe(key) for key in missing)
-        raise MissingKeyError(
-            f"DataProto.{where} has no key {missing} (available: {sorted(present)}). Wanted: {details}"
-        )
-    return wanted
 
 
 @dataclass(eq=False)
@@ -141,7 +57,7 @@ class DataProto:
                 f"DataProto.batch must be a tensordict.TensorDict or None, got {type(self.batch).__name__}. "
                 f"Build from plain tensors with DataProto.from_dict(tensors) or DataProto.from_single_dict(data)."
             )
-        self.non_tensor_batch = {k: _to_object_array(k, v) for k, v in (self.non_tensor_batch or {}).items()}
+        self.non_tensor_batch = {k: to_object_array(k, v) for k, v in (self.non_tensor_batch or {}).items()}
         self.meta_info = dict(self.meta_info or {})
         self.check_consistency()
 
@@ -227,7 +143,7 @@ class DataProto:
             index = slice(start, start + 1)
         if isinstance(index, slice):
             return self._take(index, index)
-        rows = _row_index(index, length)
+        rows = row_index(index, length)
         return self._take(torch.from_numpy(rows), rows)
 
     def _take(self, tensor_index: slice | torch.Tensor, array_index: slice | np.ndarray) -> DataProto:
@@ -247,14 +163,14 @@ class DataProto:
         batch = None
         if self.batch is not None:
             present = list(self.batch.keys())
-            keys = _check_keys("batch", batch_keys if batch_keys is not None else present, present)
+            keys = check_keys("batch", batch_keys if batch_keys is not None else present, present)
             batch = self.batch.select(*keys)
         elif batch_keys:
-            _check_keys("batch", batch_keys, [])
+            check_keys("batch", batch_keys, [])
         nt_keys = non_tensor_batch_keys if non_tensor_batch_keys is not None else self.non_tensor_batch
-        nt_keys = _check_keys("non_tensor_batch", nt_keys, self.non_tensor_batch)
+        nt_keys = check_keys("non_tensor_batch", nt_keys, self.non_tensor_batch)
         meta_keys = meta_info_keys if meta_info_keys is not None else self.meta_info
-        meta_keys = _check_keys("meta_info", meta_keys, self.meta_info)
+        meta_keys = check_keys("meta_info", meta_keys, self.meta_info)
         non_tensors = {key: self.non_tensor_batch[key] for key in nt_keys}
         meta_info = {key: self.meta_info[key] for key in meta_keys}
         if deepcopy:
@@ -269,9 +185,9 @@ class DataProto:
         meta_info_keys: Iterable[str] | None = None,
     ) -> DataProto:
         """Remove the named keys from this DataProto and return them as a new one (None pops nothing)."""
-        batch_keys = _check_keys("batch", batch_keys or [], self.batch.keys() if self.batch is not None else [])
-        nt_keys = _check_keys("non_tensor_batch", non_tensor_batch_keys or [], self.non_tensor_batch)
-        meta_keys = _check_keys("meta_info", meta_info_keys or [], self.meta_info)
+        batch_keys = check_keys("batch", batch_keys or [], self.batch.keys() if self.batch is not None else [])
+        nt_keys = check_keys("non_tensor_batch", non_tensor_batch_keys or [], self.non_tensor_batch)
+        meta_keys = check_keys("meta_info", meta_info_keys or [], self.meta_info)
         batch = None
         if batch_keys:
             batch = TensorDict({key: self.batch.pop(key) for key in batch_keys}, batch_size=self.batch.batch_size)
@@ -299,7 +215,7 @@ class DataProto:
         ]
         for where, mine, theirs in parts:
             for key in theirs:
-                if key in mine and not _same_value(mine[key], theirs[key]):
+                if key in mine and not same_value(mine[key], theirs[key]):
                     raise ValueError(
                         f"union conflict on {where}['{key}']: both DataProtos hold this key with different values. "
                         f"Pop or rename it on one side before the union."
@@ -412,7 +328,7 @@ class DataProto:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         if self.batch is not None:
-            state["batch"] = _compact(self.batch)
+            state["batch"] = compact_rows(self.batch)
         return state
 
     def __repr__(self) -> str:
