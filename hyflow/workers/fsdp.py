@@ -111,6 +111,18 @@ def reshard(model: nn.Module) -> None:
         model.reshard()
 
 
+def set_gradient_accumulation(model: nn.Module, is_last_micro_batch: bool) -> None:
+    """Before each backward of a gradient-accumulation loop: on one rank, gradients are reduced (a copy into the
+    fp32 shard) and parameters resharded only after the last micro-batch; the ones before accumulate fp32 gradients
+    in place (FSDP2 upcasts to `reduce_dtype`) and keep the bf16 parameters gathered for the next forward. With
+    several ranks every micro-batch reduces as usual (accumulating unsharded gradients would cost their full size).
+    """
+    if not hasattr(model, "set_requires_gradient_sync") or world_size() > 1:
+        return
+    model.set_requires_gradient_sync(is_last_micro_batch)
+    model.set_reshard_after_backward(is_last_micro_batch)
+
+
 def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor of a (possibly sharded) parameter; a collective when it is a DTensor."""
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

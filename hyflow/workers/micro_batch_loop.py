@@ -23,7 +23,7 @@ from tensordict import TensorDict
 
 from hyflow import fields as F
 from hyflow.workers.batching import split_micro_batches, split_mini_batches, to_device, trim_padding
-from hyflow.workers.fsdp import is_distributed, reshard, training_device
+from hyflow.workers.fsdp import is_distributed, reshard, set_gradient_accumulation, training_device
 from hyflow.workers.optim import clip_grad_norm_and_step
 
 __all__ = [
@@ -114,8 +114,9 @@ def accumulate_and_step(
     }
     optimizer.zero_grad(set_to_none=True)
     metrics: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), device=device))
-    for micro in micro_batches:
+    for index, micro in enumerate(micro_batches):
         loss, micro_metrics = micro_batch_loss(to_device(trim_padding(micro), device), agg_kwargs)
+        set_gradient_accumulation(module, is_last_micro_batch=index == len(micro_batches) - 1)
         loss.backward()
         for name, value in micro_metrics.items():
             metrics[name] = metrics[name] + value

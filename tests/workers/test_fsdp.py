@@ -98,3 +98,17 @@ def test_two_rank_sharded_checkpoint_resumes_to_the_same_next_step(two_rank_resu
         assert resumed_metrics == metrics
         for name, value in params.items():
             assert torch.equal(resumed_params[name], value), name
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+def test_one_rank_fsdp_accumulates_micro_batches_without_resharding_to_the_same_update(tiny_model_path):
+    """On one rank, gradients are reduced and parameters resharded after the last micro-batch only."""
+    data = make_ppo_batch(batch_size=ROWS, seed=11)
+    single_log_probs, single_metrics, single_params = log_probs_and_update(0, tiny_model_path, data, 1)
+    [(log_probs, metrics, params)] = run_ranks(log_probs_and_update, 1, tiny_model_path, data, 1)
+    torch.testing.assert_close(log_probs, single_log_probs, rtol=1e-5, atol=1e-5)
+    for name in ("actor/pg_loss", "actor/grad_norm"):
+        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-4, abs=1e-6), name
+    for name, value in params.items():
+        torch.testing.assert_close(value, single_params[name], rtol=1e-4, atol=1e-4, msg=name)
