@@ -3,16 +3,20 @@
     python benchmarks/rollout_throughput.py              # GPU: Qwen2-0.5B shape, bf16, cases (a) and (b)
     python benchmarks/rollout_throughput.py --tiny       # CPU: a tiny model, small shapes (minutes on a laptop)
     python benchmarks/rollout_throughput.py --no-hf      # engine only
+    python benchmarks/rollout_throughput.py --no-hf --num-scheduler-steps 1   # one host round trip per token
 
 Cases: (a) 256 prompts x 256 prompt tokens -> 256 new tokens each (ignore_eos);
-       (b) GRPO shape: 64 prompts x 512 prompt tokens, n=8, 512 new tokens (the 8 samples share the prompt's cache).
-For the engine it also prints the mean decode step time next to the memory-bandwidth bound of that step
-(weights + the KV cache read once per step, over the device's peak bandwidth).
+       (b) GRPO shape: 64 prompts x 512 prompt tokens, n=8, 512 new tokens (the 8 samples share the prompt's cache);
+       (c) the generation of benchmarks/grpo_step.py: 8 prompts x 64 tokens, n=8, 256 new tokens (`--cases a,b,c`).
+For the engine it also prints the mean decode step time (a multi-step decode window counts as its number of steps)
+next to the memory-bandwidth bound of that step (weights + the KV cache read once per step, over the device's peak
+bandwidth).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from dataclasses import dataclass
 
@@ -34,8 +38,8 @@ class Case:
     new_tokens: int
 
 
-GPU_CASES = [Case("a", 256, 256, 1, 256), Case("b", 64, 512, 8, 512)]
-TINY_CASES = [Case("a", 32, 32, 1, 32), Case("b", 8, 64, 8, 64)]
+GPU_CASES = [Case("a", 256, 256, 1, 256), Case("b", 64, 512, 8, 512), Case("c", 8, 64, 8, 256)]
+TINY_CASES = [Case("a", 32, 32, 1, 32), Case("b", 8, 64, 8, 64), Case("c", 4, 16, 4, 32)]
 
 
 def qwen2_config(tiny: bool) -> Qwen2Config:
@@ -74,25 +78,39 @@ def decode_bound_seconds(model: torch.nn.Module, case: Case, dtype_bytes: int) -
     return (weights + rows * avg_context * kv_per_token) / H200_BANDWIDTH
 
 
-def run_engine(engine: LLMEngine, prompts: list[list[int]], case: Case) -> tuple[float, float]:
-    """(generated tokens/s, mean decode step seconds)."""
+def random_prompts(vocab_size: int, case: Case) -> list[list[int]]:
+    return torch.randint(100, vocab_size - 100, (case.num_prompts, case.prompt_len)).tolist()
+
+
+def run_engine(engine: LLMEngine, prompts: list[list[int]], case: Case, trace: bool = False) -> tuple[float, float]:
+    """(generated tokens/s, mean decode step seconds); `trace` prints where the time went (prefill / decode)."""
     params = SamplingParams(n=case.n, temperature=1.0, max_tokens=case.new_tokens, ignore_eos=True, seed=0)
     for prompt in prompts:
         engine.add_request(prompt, params)
-    decode_times: list[float] = []
+    decode_seconds, decode_steps = 0.0, 0
     generated = 0
     sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
     sync()
     start = time.perf_counter()
+    prefill_seconds, prefill_steps = 0.0, 0
     while engine.has_unfinished_requests():
         step_start = time.perf_counter()
         for out in engine.step():
             generated += sum(len(o.token_ids) for o in out.outputs)
-        if not engine.last_step_was_prefill:
-            decode_times.append(time.perf_counter() - step_start)
+        if not engine.last_step_was_prefill:  # a decode window syncs at its end, so the time is the device's too
+            decode_seconds += time.perf_counter() - step_start
+            decode_steps += engine.last_num_steps
+        else:
+            sync()
+            prefill_seconds, prefill_steps = prefill_seconds + time.perf_counter() - step_start, prefill_steps + 1
     sync()
     elapsed = time.perf_counter() - start
-    return generated / elapsed, sum(decode_times) / max(len(decode_times), 1)
+    if trace:
+        print(
+            f"  {elapsed:.3f} s: {prefill_steps} prefill steps {prefill_seconds:.3f} s, {decode_steps} decode steps "
+            f"{decode_seconds:.3f} s, other {elapsed - prefill_seconds - decode_seconds:.3f} s"
+        )
+    return generated / elapsed, decode_seconds / max(decode_steps, 1)
 
 
 @torch.no_grad()
@@ -116,14 +134,16 @@ def run_hf(model: torch.nn.Module, prompts: list[list[int]], case: Case) -> floa
 
 
 def profile_decode(engine: LLMEngine, prompts: list[list[int]], case: Case) -> None:
-    """torch.profiler over 5 decode steps in the middle of a generation."""
+    """torch.profiler over 5 engine steps (decode windows of `num_scheduler_steps` steps) mid-generation."""
     from torch.profiler import ProfilerActivity, profile
 
     params = SamplingParams(n=case.n, temperature=1.0, max_tokens=case.new_tokens, ignore_eos=True, seed=0)
     for prompt in prompts:
         engine.add_request(prompt, params)
-    for _ in range(20):
+    decode_steps = 0
+    while decode_steps < 20 and engine.has_unfinished_requests():  # into the middle of the generation
         engine.step()
+        decode_steps += 0 if engine.last_step_was_prefill else engine.last_num_steps
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if engine.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         for _ in range(5):
@@ -141,7 +161,11 @@ def main() -> None:
     parser.add_argument("--no-hf", action="store_true", help="skip transformers.generate")
     parser.add_argument("--cases", default="a,b")
     parser.add_argument("--enforce-eager", action="store_true")
-    parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of 5 decode steps")
+    parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of 5 decode windows")
+    parser.add_argument("--trace", action="store_true", help="print the time of prefill and decode steps")
+    parser.add_argument(
+        "--num-scheduler-steps", type=int, default=EngineConfig.num_scheduler_steps, help="decode steps per window"
+    )
     args = parser.parse_args()
     device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -156,18 +180,28 @@ def main() -> None:
         gpu_memory_utilization=0.85,
         kv_cache_bytes=2**26,
         enforce_eager=args.enforce_eager,
+        num_scheduler_steps=args.num_scheduler_steps,
     )
     engine = LLMEngine(model, config)
     print(
         f"device={device} dtype={dtype} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-        f"kv_blocks={engine.block_manager.num_blocks}"
+        f"kv_blocks={engine.block_manager.num_blocks} num_scheduler_steps={config.num_scheduler_steps}"
     )
     for case in cases:
-        prompts = torch.randint(100, model.config.vocab_size - 100, (case.num_prompts, case.prompt_len)).tolist()
-        run_engine(engine, prompts, case)  # warm-up: captures the CUDA graphs of this shape
+        # New random prompts for every run: a run never finds the previous run's prompts in the prefix cache.
+        fresh_prompts = functools.partial(random_prompts, model.config.vocab_size, case)
+        run_engine(engine, fresh_prompts(), case)  # warm-up: compiles kernels, captures the CUDA graphs
+        run_engine(engine, fresh_prompts(), case)
         if args.profile:
-            profile_decode(engine, prompts, case)
-        tokens_per_s, step_s = run_engine(engine, prompts, case)
+            profile_decode(engine, fresh_prompts(), case)
+            import cProfile  # the host's side of one whole run, by Python function
+            import pstats
+
+            with cProfile.Profile() as host_profile:
+                run_engine(engine, fresh_prompts(), case)
+            pstats.Stats(host_profile).sort_stats("tottime").print_stats(18)
+        prompts = fresh_prompts()
+        tokens_per_s, step_s = run_engine(engine, prompts, case, args.trace)
         line = (
             f"case ({case.name}) {case.num_prompts}x{case.prompt_len} n={case.n} -> {case.new_tokens}: "
             f"engine {tokens_per_s:,.0f} tok/s, decode step {step_s * 1e3:.2f} ms"

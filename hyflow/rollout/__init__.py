@@ -6,9 +6,9 @@ with seeds and log-probs, a batch API and an async API, in-place weight updates,
     outputs = engine.generate([[1, 5, 9]], SamplingParams(n=4, temperature=1.0, max_tokens=256))
 
 Files, one noun each: config (EngineConfig, SamplingParams), sequence, block_manager, kv_cache, scheduler, sampler,
-attention, model_runner, cuda_graphs, triton_kernels, models/ (Llama, Mistral, Qwen2, Qwen3), engine,
-async_engine, worker_rollout + hf_rollout + batch (the trainer's rollout), server (`hyflow serve`), generate
-(`hyflow generate`).
+attention, model_runner, multi_step (decode windows), cuda_graphs, triton_kernels, models/ (Llama, Mistral, Qwen2,
+Qwen3), engine, async_engine, worker_rollout + hf_rollout + batch (the trainer's rollout), server (`hyflow serve`),
+generate (`hyflow generate`).
 """
 
 from hyflow.rollout.async_engine import AsyncLLMEngine

@@ -118,6 +118,30 @@ class BlockManager:
         needs_block = seq.num_tokens > len(seq.block_table) * self.block_size
         return not needs_block or self.num_free_blocks >= 1
 
+    def num_blocks_to_reserve(self, seq: Sequence, num_steps: int) -> int:
+        """New blocks a decode window of `num_steps` steps needs: it stores positions len-1 .. len+num_steps-2."""
+        needed = -(-(seq.num_tokens + num_steps - 1) // self.block_size)
+        return max(0, needed - len(seq.block_table))
+
+    def reserve_slots(self, seq: Sequence, num_steps: int) -> None:
+        """Before a decode window: blocks for the K/V of every token the window feeds (see `num_blocks_to_reserve`).
+        Their hashes are registered after the window, once the tokens are known (`register_filled_blocks`)."""
+        for _ in range(self.num_blocks_to_reserve(seq, num_steps)):
+            seq.block_table.append(self._take_free_block().block_id)
+
+    def register_filled_blocks(self, seq: Sequence, start: int) -> None:
+        """After a decode window that computed positions start .. num_computed_tokens-1: hash the blocks it filled,
+        so a later request with this prefix finds them (as `append_slot` does for a single step)."""
+        for index in range(start // self.block_size, seq.num_computed_tokens // self.block_size):
+            block = self.blocks[seq.block_table[index]]
+            if block.hash != NO_HASH:
+                continue
+            prefix_hash = self.blocks[seq.block_table[index - 1]].hash if index > 0 else NO_HASH
+            if index > 0 and prefix_hash == NO_HASH:
+                return  # the chain is broken (an unhashed block before): nothing after it can be found
+            tokens = seq.block_tokens(index, self.block_size)
+            self._register(block, chain_hash(prefix_hash, tokens), tokens)
+
     def append_slot(self, seq: Sequence) -> None:
         """Before a decode step: a new block if the token at len-1 starts one; hash the block it fills."""
         if seq.num_tokens > len(seq.block_table) * self.block_size:

@@ -68,8 +68,13 @@ class EngineConfig:
     """Sizes and switches of the engine.
 
     KV cache size: `num_kv_blocks` when given; else on CUDA `gpu_memory_utilization` of the device's memory minus
-    what is in use after loading the model; else (CPU) `kv_cache_bytes`. `max_model_len` defaults to the model's
-    `max_position_embeddings`.
+    what is in use after loading the model; else (CPU) `kv_cache_bytes`; in both cases at most what `max_num_seqs`
+    sequences of `max_model_len` tokens fill. `max_model_len` defaults to the model's `max_position_embeddings`.
+
+    `num_scheduler_steps` (multi-step decode): when a step is a pure decode, the engine runs up to this many decode
+    steps back to back on the device and syncs with the host once, at the end of the window (see multi_step.py).
+    Outputs are identical for any value; 1 is one host round trip per token. 8 hides most of the host's per-step
+    work on CUDA and costs nothing on CPU. Requests that arrive or abort during a window wait for its end.
     """
 
     block_size: int = 16
@@ -84,10 +89,11 @@ class EngineConfig:
     device: str = "auto"
     enforce_eager: bool = False  # True: no CUDA graphs
     cuda_graph_max_batch: int = 512
+    num_scheduler_steps: int = 8
     seed: int = 0
 
     def __post_init__(self) -> None:
-        positive = ["block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes"]
+        positive = ["block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes", "num_scheduler_steps"]
         for key in positive:
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"engine setting {key}={getattr(self, key)!r} must be >= 1")

@@ -5,8 +5,10 @@
     outputs[0].outputs[0].token_ids, outputs[0].outputs[0].log_probs, outputs[0].outputs[0].finish_reason
 
 Each `step()` asks the scheduler for the next batch, runs it (model_runner.py), appends the sampled tokens, ends the
-sequences that hit a stop condition, and returns the requests that finished. Bad requests raise `ValueError` in
-`add_request` before anything is queued, so the engine keeps serving the others.
+sequences that hit a stop condition, and returns the requests that finished. A decode `step()` is a window of up to
+`EngineConfig.num_scheduler_steps` forward steps with one host sync (multi_step.py); requests added or aborted
+meanwhile join or leave at the next `step()`. Bad requests raise `ValueError` in `add_request` before anything is
+queued, so the engine keeps serving the others.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from hyflow.rollout.kv_cache import num_blocks_for_memory
 from hyflow.rollout.model_runner import ModelRunner
 from hyflow.rollout.models import load_model
 from hyflow.rollout.scheduler import Scheduler
-from hyflow.rollout.sequence import CompletionOutput, RequestOutput, Sequence, SequenceStatus
+from hyflow.rollout.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ class LLMEngine:
         self.requests: dict[str, tuple[list[int], list[Sequence]]] = {}
         self._seed_source = random.Random(config.seed)
         self.last_step_was_prefill = False  # for step-time metrics
+        self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
         self._next_id = 0
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -139,16 +142,27 @@ class LLMEngine:
 
     # ---- the step loop --------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Runs one forward step; returns the requests that finished in it."""
-        seqs, self.last_step_was_prefill = self.scheduler.schedule()
-        if not seqs:
+        """Runs one forward step, or a decode window of several (multi_step.py); returns the requests that finished.
+
+        After a window each sequence takes its tokens one by one through the stop checks, exactly as after single
+        steps; the tokens after a stop are dropped.
+        """
+        batch = self.scheduler.schedule()
+        self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
+        if not batch.seqs:
             return []
-        tokens, log_probs, raw = self.runner.run(seqs)
+        if batch.is_window:
+            tokens, log_probs, raw = self.runner.run_window(batch.seqs, batch.num_steps, batch.step_counts)
+        else:
+            columns = self.runner.run(batch.seqs)
+            tokens, log_probs, raw = (None if col is None else [[value] for value in col] for col in columns)
         finished: list[RequestOutput] = []
-        for i, seq in enumerate(seqs):
-            seq.num_computed_tokens = seq.num_tokens
-            seq.append(tokens[i], log_probs[i], raw[i] if raw is not None and seq.params.raw_log_probs else None)
-            reason = self._finish_reason(seq)
+        for i, seq in enumerate(batch.seqs):
+            start = seq.num_computed_tokens
+            count = batch.step_counts[i] if batch.is_window else 1
+            reason = self._append_tokens(seq, tokens[i][:count], log_probs[i], None if raw is None else raw[i])
+            if batch.is_window:
+                self.block_manager.register_filled_blocks(seq, start)
             if reason is None:
                 continue
             self.scheduler.finish(seq, reason)
@@ -156,7 +170,20 @@ class LLMEngine:
                 finished.append(self._pop_output(seq.request_id))
         return finished
 
-    def _finish_reason(self, seq: Sequence) -> str | None:
+    def _append_tokens(
+        self, seq: Sequence, tokens: list[int], log_probs: list[float], raw: list[float] | None
+    ) -> FinishReason | None:
+        """Appends sampled tokens in order until one ends the sequence; returns why it ended, or None."""
+        keep_raw = raw is not None and seq.params.raw_log_probs
+        for k, token in enumerate(tokens):
+            seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
+            seq.append(token, log_probs[k], raw[k] if keep_raw else None)
+            reason = self._finish_reason(seq)
+            if reason is not None:
+                return reason
+        return None
+
+    def _finish_reason(self, seq: Sequence) -> FinishReason | None:
         token, params = seq.token_ids[-1], seq.params
         if (not params.ignore_eos and token in self.eos_token_ids) or token in params.stop_token_ids:
             return "stop"

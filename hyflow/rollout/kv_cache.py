@@ -43,7 +43,10 @@ def num_blocks_for_memory(args: DecoderArgs, config: EngineConfig, dtype: torch.
         budget -= activation_reserve_bytes(args, config, dtype)
     else:
         budget = config.kv_cache_bytes
-    num_blocks = budget // per_block
+    # More blocks than `max_num_seqs` full-length sequences can hold at once are never needed together (beyond
+    # prefixes kept for reuse); capping saves allocating and zeroing tens of GiB at every wake in RL training.
+    most_needed = config.max_num_seqs * -(-config.max_model_len // config.block_size)
+    num_blocks = min(budget // per_block, most_needed)
     if num_blocks < 1:
         raise ValueError(
             f"no room for the KV cache: budget {budget / 2**20:.0f} MiB, one block needs {per_block / 2**20:.2f} "

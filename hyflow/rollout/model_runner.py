@@ -1,5 +1,6 @@
 """Runs one engine step on the device: flatten the scheduled sequences into model inputs, forward over the paged
-KV cache, and sample. On CUDA, decode steps replay CUDA graphs captured for a ladder of batch sizes.
+KV cache, and sample. On CUDA, decode steps replay CUDA graphs captured for a ladder of batch sizes. A decode window
+(`run_window`) runs several decode steps without a host round trip (multi_step.py).
 
 Inputs of one step (T new tokens from B sequences, see attention.py for the metadata):
     input_ids (T,), positions (T,), AttentionMetadata; logits (B, V) at each sequence's last new token.
@@ -8,6 +9,7 @@ Inputs of one step (T new tokens from B sequences, see attention.py for the meta
 from __future__ import annotations
 
 import array
+import dataclasses
 
 import torch
 
@@ -16,6 +18,7 @@ from hyflow.rollout.config import EngineConfig
 from hyflow.rollout.cuda_graphs import DecodeGraphs
 from hyflow.rollout.kv_cache import KVCache
 from hyflow.rollout.models.llama import DecoderForCausalLM
+from hyflow.rollout.multi_step import decode_step, new_decode_state, read_window
 from hyflow.rollout.sampler import SamplingTensors, sample
 from hyflow.rollout.sequence import Sequence
 
@@ -131,6 +134,8 @@ class ModelRunner:
         self.kv_cache = KVCache(model.args, num_blocks, config.block_size, dtype, device)
         use_graphs = device.type == "cuda" and not config.enforce_eager
         self.graphs = DecodeGraphs(self, config) if use_graphs else None
+        self._window_sampling: tuple[tuple[int, ...], SamplingTensors] | None = None  # (sequence ids, settings)
+        self._cache_address: int | None = None  # where the KV cache was before `sleep`
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Eager forward: logits (B, V) at `meta.logits_index`."""
@@ -157,10 +162,54 @@ class ModelRunner:
         # One deliberate host sync per step: the scheduler needs the sampled tokens.
         return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist()
 
+    @torch.inference_mode()
+    def run_window(
+        self, seqs: list[Sequence], num_steps: int, step_counts: list[int]
+    ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
+        """`num_steps` decode steps, sequence i taking part in the first `step_counts[i]`; per sequence its
+        `num_steps` tokens, log-probs and raw log-probs (or None); entries past its step count are meaningless."""
+        assert self.kv_cache.allocated, "the engine is asleep; call wake() first"
+        if self.device.type != "cuda":
+            return self._run_window(seqs, num_steps, step_counts)
+        with torch.cuda.device(self.device):
+            return self._run_window(seqs, num_steps, step_counts)
+
+    def _run_window(
+        self, seqs: list[Sequence], num_steps: int, step_counts: list[int]
+    ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
+        scratch = self.kv_cache.scratch_block
+        input_ids, positions, meta = prepare_inputs(seqs, self.block_size, scratch, self.device)
+        assert meta.query_index.shape[1] == 1, "a decode window needs one new token per sequence"
+        sampling = self._sampling_for_window(seqs)
+        steps_left = _to_device([count - 1 for count in step_counts], torch.long, self.device)
+        if self.graphs is not None and self.graphs.fits_window(len(seqs), meta, num_steps):
+            state = self.graphs.replay_window(input_ids, positions, meta, sampling, steps_left, num_steps)
+        else:
+            state = new_decode_state(input_ids, positions, meta, sampling, steps_left, num_steps)
+            step_meta = state.metadata()
+            for _ in range(num_steps):
+                decode_step(self.forward, state, step_meta, self.block_size, scratch * self.block_size)
+        # One deliberate host sync per window: the scheduler needs the sampled tokens.
+        return read_window(state, len(seqs), num_steps)
+
+    def _sampling_for_window(self, seqs: list[Sequence]) -> SamplingTensors:
+        """A window's sampling settings. The per-row constants (temperature, top-k, top-p, seed) are built and sent
+        again only when the batch changed since the last window; the counters (output indices) every window."""
+        key = tuple(seq.seq_id for seq in seqs)
+        if self._window_sampling is None or self._window_sampling[0] != key:
+            self._window_sampling = (key, prepare_sampling(seqs, self.device))
+            return self._window_sampling[1]
+        counters = _to_device([seq.num_output_tokens for seq in seqs], torch.long, self.device)
+        return dataclasses.replace(self._window_sampling[1], counters=counters)
+
     def sleep(self) -> None:
-        if self.graphs is not None:
-            self.graphs.clear()
+        """Frees the KV cache; the CUDA graphs (and their memory pool) are kept for `wake`."""
+        self._cache_address = self.kv_cache.data.data_ptr() if self.kv_cache.allocated else None
         self.kv_cache.free()
 
     def wake(self) -> None:
+        """Allocates the KV cache again. The graphs hold its address: they are replayed as they are when the cache
+        comes back at the same address (usual when nothing else took its place) and captured anew otherwise."""
         self.kv_cache.allocate()
+        if self.graphs is not None and self.kv_cache.data.data_ptr() != self._cache_address:
+            self.graphs.clear()

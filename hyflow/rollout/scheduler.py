@@ -4,6 +4,12 @@ Every step is either a prefill (admit waiting sequences, oldest first, while the
 `max_num_batched_tokens`, the `max_num_seqs` limit and the free cache blocks allow) or, when nothing can be
 admitted, a decode of every running sequence (one token each). Requests join and leave between any two steps.
 
+A decode is a window of up to `num_scheduler_steps` steps that the model runner runs on the device without a host
+round trip (multi_step.py). Before the window every running sequence gets cache slots for all its steps; each
+sequence takes part in at most its remaining token budget (`max_tokens`, `max_model_len`) of steps and idles for
+the rest, and the window is as long as the largest budget. When the free blocks cannot hold the window, it shrinks
+step by step; a window of one step is a plain decode step.
+
 When a decode needs a new block and none is free, the most recently admitted running sequence is preempted: its
 blocks are freed and it goes back to the front of the queue, to be recomputed from its tokens later (its full
 blocks are usually still found by hash). The sampler's randomness depends only on (seed, token index), so a
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from dataclasses import dataclass, field
 
 from hyflow.rollout.block_manager import BlockManager
 from hyflow.rollout.config import EngineConfig
@@ -22,10 +29,28 @@ from hyflow.rollout.sequence import FinishReason, Sequence, SequenceStatus
 logger = logging.getLogger(__name__)
 
 
+@dataclass
+class ScheduledBatch:
+    """The sequences of the next forward step (prefill or decode), or of a decode window of `num_steps` steps in
+    which sequence i runs the first `step_counts[i]` steps (its remaining token budget) and then idles."""
+
+    seqs: list[Sequence]
+    is_prefill: bool
+    num_steps: int = 1
+    step_counts: list[int] = field(default_factory=list)  # one per sequence when num_steps > 1
+
+    @property
+    def is_window(self) -> bool:
+        return self.num_steps > 1
+
+
 class Scheduler:
     def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+        assert config.max_model_len is not None, "EngineConfig.check_model_len must run first"
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.max_model_len = config.max_model_len
+        self.num_scheduler_steps = config.num_scheduler_steps
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
@@ -37,12 +62,41 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> tuple[list[Sequence], bool]:
-        """The sequences of the next step and whether it is a prefill."""
+    def schedule(self) -> ScheduledBatch:
+        """The next step: a prefill if a waiting sequence can be admitted, else a decode (window) of the running."""
         scheduled = self._schedule_prefill()
         if scheduled:
-            return scheduled, True
-        return self._schedule_decode(), False
+            return ScheduledBatch(scheduled, is_prefill=True)
+        if not self.running:
+            return ScheduledBatch([], is_prefill=False)
+        budgets = [self.token_budget(seq) for seq in self.running]
+        num_steps = self._window_size(budgets)
+        if num_steps == 1:
+            return ScheduledBatch(self._schedule_decode(), is_prefill=False)
+        assert len(self.running) <= self.max_num_seqs
+        step_counts = [min(num_steps, budget) for budget in budgets]
+        for seq, count in zip(self.running, step_counts):
+            self.block_manager.reserve_slots(seq, count)
+        return ScheduledBatch(list(self.running), False, num_steps, step_counts)
+
+    def token_budget(self, seq: Sequence) -> int:
+        """How many more tokens a running sequence may generate before `max_tokens` or `max_model_len`."""
+        return min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
+
+    def _window_size(self, budgets: list[int]) -> int:
+        """Steps of the next decode window: up to `num_scheduler_steps` and the largest budget, fewer while the free
+        blocks cannot hold every sequence's slots (down to 1: a plain decode step, which may preempt)."""
+        num_steps = min(self.num_scheduler_steps, max(budgets))
+        free = self.block_manager.num_free_blocks
+        while num_steps > 1:
+            needed = sum(
+                self.block_manager.num_blocks_to_reserve(seq, min(num_steps, budget))
+                for seq, budget in zip(self.running, budgets)
+            )
+            if needed <= free:
+                break
+            num_steps -= 1
+        return num_steps
 
     def _schedule_prefill(self) -> list[Sequence]:
         scheduled: list[Sequence] = []

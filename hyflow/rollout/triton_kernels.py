@@ -21,6 +21,10 @@ except ImportError:  # CPU-only installs: the PyTorch paths run instead
     triton = None
 
 
+SAMPLE_BLOCK = 2048  # logits per loop iteration of a sampler program
+SPLIT_SIZE = 8 * SAMPLE_BLOCK  # logits per sampler program: 152k vocabulary → 10 programs per row
+
+
 @functools.cache
 def available() -> bool:
     return triton is not None and torch.cuda.is_available()
@@ -44,13 +48,21 @@ if triton is not None:
         temps_ptr,
         seeds_ptr,
         counters_ptr,
+        keys_ptr,
         tokens_ptr,
-        lse_ptr,
-        raw_lse_ptr,
+        max_ptr,
+        sum_ptr,
+        raw_max_ptr,
+        raw_sum_ptr,
         vocab_size,
+        split_size,
         BLOCK: tl.constexpr,
     ):
+        """One (row, vocabulary split) per program; writes the split's best Gumbel key and its token, and the
+        running max / sum of exp of logits / T and of the raw logits (combined over splits in fused_sample)."""
         row = tl.program_id(0)
+        split = tl.program_id(1)
+        out = row * tl.num_programs(1) + split
         temp = tl.load(temps_ptr + row)
         greedy = temp == 0.0
         divisor = tl.where(greedy, 1.0, temp)
@@ -59,9 +71,11 @@ if triton is not None:
         row_hash = _hash32(_hash32(seed) ^ counter)
         best_key, best_index = -float("inf"), 0
         m, s, raw_m, raw_s = -1e30, 0.0, -1e30, 0.0
-        for start in range(0, vocab_size, BLOCK):
+        split_start = split * split_size
+        split_end = tl.minimum(split_start + split_size, vocab_size)
+        for start in range(split_start, split_end, BLOCK):
             cols = start + tl.arange(0, BLOCK)
-            valid = cols < vocab_size
+            valid = cols < split_end
             z = tl.load(logits_ptr + row * stride + cols, mask=valid, other=-float("inf")).to(tl.float32)
             scaled = z / divisor
             mix = (cols.to(tl.uint64) * 0x9E3779B1).to(tl.uint32)
@@ -78,9 +92,12 @@ if triton is not None:
             new_raw_m = tl.maximum(raw_m, tl.max(z, 0))
             raw_s = raw_s * tl.exp(raw_m - new_raw_m) + tl.sum(tl.where(valid, tl.exp(z - new_raw_m), 0.0), 0)
             raw_m = new_raw_m
-        tl.store(tokens_ptr + row, best_index)
-        tl.store(lse_ptr + row, m + tl.log(s))
-        tl.store(raw_lse_ptr + row, raw_m + tl.log(raw_s))
+        tl.store(keys_ptr + out, best_key)
+        tl.store(tokens_ptr + out, best_index)
+        tl.store(max_ptr + out, m)
+        tl.store(sum_ptr + out, s)
+        tl.store(raw_max_ptr + out, raw_m)
+        tl.store(raw_sum_ptr + out, raw_s)
 
     @triton.jit
     def _decode_attention_kernel(
@@ -181,12 +198,25 @@ def decode_attention(
 def fused_sample(
     logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tokens (B,), logsumexp of logits / T (B,), logsumexp of logits (B,)) with sampler.py's Gumbel noise."""
+    """(tokens (B,), logsumexp of logits / T (B,), logsumexp of logits (B,)) with sampler.py's Gumbel noise.
+
+    The vocabulary is cut into splits of SPLIT_SIZE so that B × splits programs fill the device even at small B;
+    the splits are combined here: the token of the largest key (the first split on ties, as one pass would pick),
+    and logsumexp = M + log Σ s_i · exp(m_i − M) over the splits' running (m_i, s_i), M = max m_i.
+    """
     batch, vocab_size = logits.shape
-    tokens = torch.empty(batch, dtype=torch.int64, device=logits.device)
-    lse = torch.empty(batch, dtype=torch.float32, device=logits.device)
-    raw_lse = torch.empty_like(lse)
-    _sample_kernel[(batch,)](
-        logits, logits.stride(0), temperatures, seeds, counters, tokens, lse, raw_lse, vocab_size, BLOCK=2048
-    )
-    return tokens, lse, raw_lse
+    splits = triton.cdiv(vocab_size, SPLIT_SIZE)
+    keys = torch.empty(batch, splits, dtype=torch.float32, device=logits.device)
+    tokens = torch.empty(batch, splits, dtype=torch.int64, device=logits.device)
+    maxes, sums, raw_maxes, raw_sums = torch.empty(4, batch, splits, dtype=torch.float32, device=logits.device)
+    _sample_kernel[(batch, splits)](
+        logits, logits.stride(0), temperatures, seeds, counters, keys, tokens, maxes, sums, raw_maxes, raw_sums,
+        vocab_size, SPLIT_SIZE, BLOCK=SAMPLE_BLOCK,
+    )  # fmt: skip
+    best = keys.argmax(dim=1, keepdim=True)
+    return tokens.gather(1, best).squeeze(1), _combine_lse(maxes, sums), _combine_lse(raw_maxes, raw_sums)
+
+
+def _combine_lse(maxes: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+    top = maxes.max(dim=1, keepdim=True).values
+    return top.squeeze(1) + (sums * (maxes - top).exp()).sum(dim=1).log()

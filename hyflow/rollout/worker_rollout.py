@@ -76,6 +76,7 @@ def engine_config_from_rollout(config: Any) -> EngineConfig:
         dtype=config.dtype if device == "cuda" else "float32",
         device=device,
         enforce_eager=config.enforce_eager,
+        num_scheduler_steps=config.num_scheduler_steps,
     )
 
 

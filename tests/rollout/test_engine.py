@@ -59,7 +59,7 @@ def test_prefix_sharing_on_and_off_give_identical_greedy_outputs_and_samples_sha
     # 3 requests x n=3 over the same 8-token prefix: the prefix is computed once, so few blocks were ever used.
     sharer = _engine(hf, enable_prefix_caching=True)
     sharer.add_request(PROMPTS[2], SamplingParams(n=4, max_tokens=1))
-    seqs, _ = sharer.scheduler.schedule()
+    seqs = sharer.scheduler.schedule().seqs
     first_blocks = {tuple(seq.block_table[:3]) for seq in seqs}
     assert len(first_blocks) == 1 and [seq.num_computed_tokens for seq in seqs] == [0, 12, 12, 12]
 
@@ -159,10 +159,11 @@ def test_abort_ends_a_request_with_finish_reason_abort():
     hf = make_tiny_hf_model("llama")
     engine = _engine(hf)
     engine.add_request(PROMPTS[0], GREEDY, "x")
-    engine.step()
-    engine.step()
+    engine.step()  # prefill: one token
+    engine.step()  # a decode window
     out = engine.abort("x")
-    assert out.outputs[0].finish_reason == "abort" and len(out.outputs[0].token_ids) == 2
+    assert out.outputs[0].finish_reason == "abort"
+    assert len(out.outputs[0].token_ids) == 1 + engine.config.num_scheduler_steps
     assert not engine.has_unfinished_requests() and engine.block_manager.num_free_blocks == 64
 
 

@@ -1,4 +1,5 @@
-"""The engine on CUDA: CUDA-graph decode gives the same greedy tokens as eager and as `transformers` (fp32)."""
+"""The engine on CUDA: CUDA-graph decode gives the same greedy tokens as eager and as `transformers` (fp32), and
+multi-step decode windows (graphs of whole steps) give the outputs of single steps."""
 
 from __future__ import annotations
 
@@ -16,11 +17,18 @@ PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("num_scheduler_steps", [1, 8], ids=["single-step", "multi-step"])
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["cuda-graphs", "eager"])
-def test_greedy_on_cuda_equals_transformers_greedy(family, enforce_eager):
+def test_greedy_on_cuda_equals_transformers_greedy(family, enforce_eager, num_scheduler_steps):
     hf = make_tiny_hf_model(family)
     config = EngineConfig(
-        block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda", enforce_eager=enforce_eager
+        block_size=4,
+        max_model_len=64,
+        num_kv_blocks=128,
+        dtype="float32",
+        device="cuda",
+        enforce_eager=enforce_eager,
+        num_scheduler_steps=num_scheduler_steps,
     )
     engine = LLMEngine(hf, config)
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
@@ -28,7 +36,9 @@ def test_greedy_on_cuda_equals_transformers_greedy(family, enforce_eager):
     for prompt, out in zip(PROMPTS * 3, outputs):
         assert out.outputs[0].token_ids == hf_greedy(hf, prompt, 20)
     if not enforce_eager:
-        assert engine.runner.graphs.graphs, "no CUDA graph was captured"
+        graphs = engine.runner.graphs
+        captured = graphs.graphs if num_scheduler_steps == 1 else graphs.window_graphs
+        assert captured, "no CUDA graph was captured"
 
 
 @pytest.mark.timeout(300)
@@ -44,6 +54,63 @@ def test_cuda_graphs_survive_sleep_wake_and_weight_updates():
     outputs = engine.generate(PROMPTS, params)
     assert [o.outputs[0].token_ids for o in outputs] == [hf_greedy(new, p, 12) for p in PROMPTS]
     assert torch.cuda.is_available()
+
+
+@pytest.mark.timeout(300)
+def test_graphs_are_kept_when_the_cache_returns_to_its_address_and_recaptured_when_it_moves():
+    hf = make_tiny_hf_model("qwen2", seed=0)
+    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
+    engine = LLMEngine(hf, config)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    expected = [hf_greedy(hf, p, 12) for p in PROMPTS]
+    engine.generate(PROMPTS, params)
+    graphs = engine.runner.graphs
+    address = engine.runner.kv_cache.data.data_ptr()
+    engine.sleep()
+    engine.wake()
+    if engine.runner.kv_cache.data.data_ptr() == address:
+        assert graphs.graphs or graphs.window_graphs, "graphs were dropped although the cache came back in place"
+    assert [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)] == expected
+    engine.sleep()
+    squatter = torch.empty(engine.runner.kv_cache.shape, dtype=torch.float32, device="cuda")  # takes the address
+    engine.wake()
+    assert engine.runner.kv_cache.data.data_ptr() != squatter.data_ptr()
+    assert [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)] == expected
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("enforce_eager", [False, True], ids=["cuda-graphs", "eager"])
+def test_multi_step_windows_on_cuda_equal_single_steps(enforce_eager):
+    hf = make_tiny_hf_model("qwen2")
+    params = [
+        SamplingParams(temperature=0, max_tokens=20, stop_token_ids=[7]),  # greedy, may stop mid-window
+        SamplingParams(n=3, temperature=1.0, max_tokens=17, seed=5, ignore_eos=True, raw_log_probs=True),
+        SamplingParams(n=2, temperature=0.7, top_k=20, top_p=0.9, max_tokens=11, seed=9),
+    ]
+    results, engines = {}, {}
+    for steps in (1, 8):
+        config = EngineConfig(
+            block_size=4,
+            max_model_len=64,
+            num_kv_blocks=128,
+            dtype="float32",
+            device="cuda",
+            enforce_eager=enforce_eager,
+            num_scheduler_steps=steps,
+        )
+        engines[steps] = engine = LLMEngine(hf, config)
+        engine.eos_token_ids = {11}
+        outputs = engine.generate(PROMPTS * 2, params * 2)
+        results[steps] = [o for request in outputs for o in request.outputs]
+    for multi, single in zip(results[8], results[1]):
+        assert (multi.token_ids, multi.finish_reason) == (single.token_ids, single.finish_reason)
+        torch.testing.assert_close(torch.tensor(multi.log_probs), torch.tensor(single.log_probs), atol=1e-4, rtol=1e-4)
+        if single.raw_log_probs is not None:
+            torch.testing.assert_close(
+                torch.tensor(multi.raw_log_probs), torch.tensor(single.raw_log_probs), atol=1e-4, rtol=1e-4
+            )
+    if not enforce_eager:
+        assert engines[8].runner.graphs.window_graphs, "no decode-window CUDA graph was captured"
 
 
 def test_triton_fused_sampler_draws_the_same_tokens_as_the_pytorch_sampler():
