@@ -7,7 +7,9 @@ Both sides run the same PPO step (vanilla clipped policy loss, token-mean over t
 gradient accumulation, grad-norm clipping, AdamW) on the same batch, from the same fp32 master weights:
 
 - hyflow: `DataParallelPPOActor` over a `PolicyModel` sharded with FSDP2 (one rank here), bf16 compute with fp32
-  gradient reduction (`MixedPrecisionPolicy`), LM head only on response positions, chunked fp32 log-softmax;
+  gradient reduction (`MixedPrecisionPolicy`), padding removed (packed rows, varlen flash attention; off with
+  `--no-remove-padding`), its fused Triton kernels (RMSNorm, SiLU-and-mul, rotary, the LM head's log-probs; off
+  with `--no-fused-kernels`), LM head only on real response tokens;
 - plain: `AutoModelForCausalLM` under `torch.autocast(bfloat16)`, full logits, `log_softmax(logits.float())`.
 
 Printed: tokens/s (prompt + response tokens per second of update), the ratio, and MFU against 790 TFLOP/s (the
@@ -31,6 +33,7 @@ from hyflow import fields as F
 from hyflow.algorithms import compute_policy_loss_vanilla
 from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.config.common import FSDPConfig
+from hyflow.models.kernels import apply_fused_kernels
 from hyflow.models.policy import PolicyModel
 from hyflow.protocol import DataProto
 from hyflow.trainer.flops import estimate_flops
@@ -54,6 +57,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--ragged", action="store_true", help="variable prompt / response lengths (padded)")
     parser.add_argument("--only", choices=["hyflow", "plain"], default=None, help="time one side only")
+    parser.add_argument("--no-fused-kernels", action="store_true", help="hyflow without its Triton kernels")
+    parser.add_argument("--no-remove-padding", action="store_true", help="hyflow runs the padded batch")
     parser.add_argument("--profile", action="store_true", help="print the top kernels of one step of each side")
     args = parser.parse_args()
     if args.tiny:
@@ -146,9 +151,13 @@ def print_profile(step, name: str) -> None:
 def hyflow_step_fn(args, lm, data):
     config = ActorConfig(ppo_micro_batch_size_per_gpu=args.micro_batch_size, ppo_epochs=1)
     config.optim.lr = 1e-6
+    fused = not args.no_fused_kernels
+    if fused:
+        apply_fused_kernels(lm)
     if args.gradient_checkpointing:
         enable_gradient_checkpointing(lm)
-    policy = apply_fsdp2(PolicyModel(lm), FSDPConfig(), build_device_mesh())
+    policy = PolicyModel(lm, use_fused_kernels=fused, remove_padding=not args.no_remove_padding)
+    policy = apply_fsdp2(policy, FSDPConfig(), build_device_mesh())
     actor = DataParallelPPOActor(config, policy, build_optimizer(policy.parameters(), config.optim), args.batch_size)
     return lambda: actor.update_policy(data)
 

@@ -107,6 +107,7 @@ class ModelConfig:
     override_config: dict[str, Any] = field(default_factory=dict)  # applied to the HF config before loading
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = True
+    use_fused_kernels: bool = True
     use_remove_padding: bool = False
     lora_rank: int = 0  # 0: full fine-tuning
     lora_alpha: int = 16

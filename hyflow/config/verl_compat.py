@@ -53,7 +53,6 @@ _SEQ_PARALLEL = "Ulysses sequence parallelism; hyflow shards with FSDP2 only (ke
 UNSUPPORTED: dict[str, str] = {
     "*.megatron": "verl's Megatron-LM backend; hyflow trains with FSDP2 (strategy=fsdp)",
     "actor_rollout_ref.model.use_liger": "Liger kernels",
-    "actor_rollout_ref.model.use_fused_kernels": "verl's fused log-prob kernels",
     "actor_rollout_ref.model.fused_kernel_options": "verl's fused log-prob kernels",
     "*.enable_activation_offload": "activation offloading (use enable_gradient_checkpointing)",
     "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template": "re-rendering multi-turn history with "

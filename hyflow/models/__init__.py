@@ -4,5 +4,6 @@
 - `policy.py`: `PolicyModel`, a causal LM whose forward returns response log-probs via a chunked LM head
 - `value_head.py`: `ValueModel`, backbone + scalar value head (the critic)
 - `lora.py`: `apply_lora` (peft) and `merged_hf_weights` (adapters folded into plain weights)
+- `kernels/`: fused Triton kernels (LM-head log-probs, RMSNorm, SiLU-and-mul, rotary) and `apply_fused_kernels`
 - `tiny.py`: `build_tiny_tokenizer`, `build_tiny_model`: a tiny model + tokenizer folder for tests and the demo
 """

@@ -1,6 +1,7 @@
 """The critic model: a decoder backbone (a causal LM without its LM head) plus a scalar value head.
 
     values = ValueModel(backbone, hidden_size)(input_ids, attention_mask, position_ids)     # (B, T) float32
+    model.enable_remove_padding()     # the backbone runs on the real tokens only, packed (packing.py)
 
 The head is a `Linear(hidden_size, 1)`, zero-initialised so a fresh critic predicts 0 everywhere. It is stored
 next to the backbone weights as `value_head.safetensors` (`weight`, `bias`) so `load_value_model` can restore it.
@@ -14,6 +15,8 @@ import os
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from hyflow.models.packing import forward_packed, pack_rows, use_varlen_attention
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +32,12 @@ class ValueModel(nn.Module):
         self.value_head = nn.Linear(hidden_size, 1)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
+        self.remove_padding = False
+
+    def enable_remove_padding(self) -> None:
+        """Run the backbone on the real tokens only, packed with varlen attention; values at padding are 0."""
+        use_varlen_attention(self.backbone)
+        self.remove_padding = True
 
     @property
     def config(self):
@@ -40,6 +49,15 @@ class ValueModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if self.remove_padding:
+            packed = pack_rows(attention_mask)
+            values = self.value_head(forward_packed(self.backbone, input_ids, position_ids, packed)).squeeze(-1)
+            return (
+                values.float()
+                .new_zeros(input_ids.numel())
+                .index_put((packed.indices,), values.float())
+                .view(input_ids.shape)
+            )
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any
 
 import torch
@@ -153,11 +154,23 @@ class ActorRolloutRefWorker(Worker):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate responses with the rollout engine, holding the actor's latest weights."""
         self._require(self.rollout, "generate_sequences", "rollout")
+        start = time.perf_counter()
         self.rollout_mode()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # the weight copies belong to rollout_mode's time
+        woke = time.perf_counter()
         try:
-            return self.rollout.generate_sequences(prompts)
+            output = self.rollout.generate_sequences(prompts)
         finally:
+            generated = time.perf_counter()
             self.trainer_mode()
+        timing = {
+            "rollout_mode": woke - start,
+            "generate": generated - woke,
+            "trainer_mode": time.perf_counter() - generated,
+        }
+        output.meta_info[F.TIMING] = {f"gen/{name}": seconds for name, seconds in timing.items()}
+        return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     async def generate_request(self, prompt_ids: list[int], sampling_params: Any, request_id: str) -> Any:

@@ -13,10 +13,11 @@ from typing import Any
 
 from torch import nn
 
+from hyflow.models.kernels import apply_fused_kernels
 from hyflow.models.loader import check_local_model_folder, load_causal_lm, load_tokenizer
 from hyflow.models.lora import apply_lora
 from hyflow.models.policy import PolicyModel
-from hyflow.workers.fsdp import apply_fsdp2, to_dtype
+from hyflow.workers.fsdp import apply_fsdp2, to_dtype, training_device
 from hyflow.workers.optim import build_lr_scheduler, build_optimizer
 
 logger = logging.getLogger(__name__)
@@ -51,11 +52,24 @@ def enable_gradient_checkpointing(model: nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def use_fused_kernels(model_config: Any) -> bool:
+    """`model.use_fused_kernels` and this process trains on CUDA (on CPU every op runs its torch reference)."""
+    return bool(model_config.use_fused_kernels) and training_device().type == "cuda"
+
+
+def apply_fused_kernels_if_enabled(model: nn.Module, model_config: Any) -> int:
+    """Patch the model's RMSNorm, MLP and attention modules with the fused kernels when `use_fused_kernels`
+    applies; returns how many modules were patched (0 when it does not apply). Call it before LoRA and FSDP2."""
+    return apply_fused_kernels(model) if use_fused_kernels(model_config) else 0
+
+
 def build_policy(model_config: Any, fsdp_config: Any, mesh: Any, path: str, trainable: bool) -> PolicyModel:
-    """Load the causal LM (master dtype `fsdp_config.model_dtype`), add LoRA and gradient checkpointing when
-    training, wrap it as a `PolicyModel` and shard it with FSDP2. A frozen policy (the ref) has no grads."""
+    """Load the causal LM (master dtype `fsdp_config.model_dtype`), patch in the fused kernels (CUDA), add LoRA
+    and gradient checkpointing when training, wrap it as a `PolicyModel` and shard it with FSDP2. A frozen policy
+    (the ref) has no grads."""
     dtype = to_dtype(fsdp_config.model_dtype, "fsdp_config.model_dtype")
     lm = load_causal_lm(path, dtype, model_config.override_config, model_config.trust_remote_code)
+    apply_fused_kernels_if_enabled(lm, model_config)
     if trainable and model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(lm)
     if trainable and model_config.lora_rank > 0:
@@ -69,7 +83,9 @@ def build_policy(model_config: Any, fsdp_config: Any, mesh: Any, path: str, trai
     if not trainable:
         lm.requires_grad_(False)
         lm.eval()
-    policy = PolicyModel(lm)
+    policy = PolicyModel(
+        lm, use_fused_kernels=use_fused_kernels(model_config), remove_padding=model_config.use_remove_padding
+    )
     return apply_fsdp2(policy, fsdp_config, mesh)
 
 

@@ -47,6 +47,9 @@ class CriticWorker(Worker):
         fsdp_config = model_config.fsdp_config
         dtype = to_dtype(fsdp_config.model_dtype, "critic.model.fsdp_config.model_dtype")
         model = load_value_model(path, dtype, model_config.override_config, model_config.trust_remote_code)
+        builders.apply_fused_kernels_if_enabled(model.backbone, model_config)
+        if model_config.use_remove_padding:
+            model.enable_remove_padding()
         if model_config.enable_gradient_checkpointing:
             builders.enable_gradient_checkpointing(model.backbone)
         module = apply_fsdp2(model, fsdp_config, build_device_mesh(), key="critic.model.fsdp_config")

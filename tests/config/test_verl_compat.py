@@ -63,7 +63,7 @@ def test_ignored_keys_cover_everything_below_them():
 
 def test_a_verl_feature_hyflow_lacks_is_accepted_when_the_script_switches_it_off(caplog):
     with caplog.at_level(logging.WARNING, logger="hyflow.config"):
-        config = load_config(["+actor_rollout_ref.model.use_fused_kernels=False", "+algorithm.use_pf_ppo=False"])
+        config = load_config(["+actor_rollout_ref.model.use_liger=False", "+algorithm.use_pf_ppo=False"])
 
     assert isinstance(config, PPOTrainerConfig)
-    assert any("ignoring actor_rollout_ref.model.use_fused_kernels=False" in r.getMessage() for r in caplog.records)
+    assert any("ignoring actor_rollout_ref.model.use_liger=False" in r.getMessage() for r in caplog.records)

@@ -65,3 +65,23 @@ def test_value_head_is_restored_from_the_model_folder(tiny_model_path, tmp_path)
     save_value_head(state, str(folder))
     model = load_value_model(folder)
     torch.testing.assert_close(model.value_head.weight.detach(), state["weight"])
+
+
+def test_removing_padding_gives_the_same_values_and_update(tiny_model_path, ppo_batch):
+    data = ppo_batch(batch_size=8, seed=6)
+    data.meta_info.update({F.MICRO_BATCH_SIZE: 3})
+    results = []
+    for remove_padding in (False, True):
+        torch.manual_seed(0)
+        critic = build_critic(tiny_model_path)
+        torch.nn.init.normal_(critic.module.value_head.weight, std=0.1)  # a zero head would hide differences
+        if remove_padding:
+            critic.module.enable_remove_padding()
+        values = critic.compute_values(copy.deepcopy(data))
+        metrics = critic.update_critic(copy.deepcopy(data))
+        results.append((values, metrics, [p.detach().clone() for p in critic.module.parameters()]))
+    (padded_values, padded_metrics, padded_params), (values, metrics, params) = results
+    torch.testing.assert_close(values, padded_values, rtol=1e-5, atol=1e-5)
+    assert metrics["critic/vf_loss"] == pytest.approx(padded_metrics["critic/vf_loss"], rel=1e-4)
+    for param, expected in zip(params, padded_params):
+        torch.testing.assert_close(param, expected, rtol=1e-4, atol=1e-4)  # Adam at lr 1e-2 amplifies fp32 noise
