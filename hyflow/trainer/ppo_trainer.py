@@ -208,6 +208,7 @@ class PPOTrainer:
         with timer("gen", timing):
             output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
         self._rollout_metrics = dict(output.meta_info.get(F.METRICS, {}))  # agent loops: turns, finish reasons
+        timing.update(output.meta_info.get(F.TIMING, {}))  # the worker's phases: gen/rollout_mode, gen/generate, ...
         batch = stages.merge_generation(batch, output)
         if F.RESPONSE_MASK not in batch.batch.keys():  # noqa: SIM118
             batch.batch[F.RESPONSE_MASK] = compute_response_mask(batch)
