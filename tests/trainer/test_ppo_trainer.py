@@ -66,8 +66,11 @@ def test_grpo_on_the_local_backend_logs_every_stage_and_changes_the_actor(assets
     for key in ["critic/score/mean", "critic/advantages/max", "actor/pg_loss", "actor/grad_norm", "actor/lr",
                 "actor/entropy", "response_length/mean", "response_length/clip_ratio", "prompt_length/mean",
                 "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor",
-                "timing_s/step", "perf/throughput", "training/global_step"]:  # fmt: skip
+                "timing_s/step", "perf/throughput", "training/global_step", "timing_s/gen/rollout_mode",
+                "timing_s/gen/generate", "timing_s/gen/trainer_mode"]:  # fmt: skip
         assert key in metrics, key
+    parts = sum(metrics[f"timing_s/gen/{phase}"] for phase in ("rollout_mode", "generate", "trainer_mode"))
+    assert parts <= metrics["timing_s/gen"]  # the worker's phases lie within the controller's gen stage
     assert "timing_s/ref" not in metrics and "timing_s/values" not in metrics  # no KL, no critic
     after = _actor_parameters(trainer)
     assert any(not torch.equal(before[name], after[name]) for name in before)
