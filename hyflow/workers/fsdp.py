@@ -124,8 +124,15 @@ def set_gradient_accumulation(model: nn.Module, is_last_micro_batch: bool) -> No
 
 
 def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a (possibly sharded) parameter; a collective when it is a DTensor."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    """The whole tensor of a (possibly sharded) parameter: a collective when it is a DTensor over several ranks,
+    the local tensor itself over one (no collective, no copy: a weight sync calls this once per parameter)."""
+    if not isinstance(tensor, DTensor):
+        return tensor
+    if tensor.device_mesh.size() == 1:
+        local = tensor.to_local()
+        if local.shape == tensor.shape:
+            return local
+    return tensor.full_tensor()
 
 
 def iter_full_state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
