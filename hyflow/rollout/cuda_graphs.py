@@ -1,9 +1,11 @@
 """CUDA graphs for decode steps: one graph per (batch size, block count) bucket, captured on first use.
 
 A decode step of B sequences is padded up to the next batch size of the ladder (1, 2, 4, 8, 16, 24, 32, ... up to
-`cuda_graph_max_batch`) and its block tables up to the next power of two of blocks, then replays the graph captured
-for that bucket. Padded rows write their K/V to the scratch block and their logits are dropped. All graphs share
-one memory pool and one set of static input buffers (views of the largest size).
+`cuda_graph_max_batch`) and its block tables to the full `max_model_len` width (the Triton decode kernel reads only
+each row's own blocks, so the width costs nothing; without Triton, the gathering attention pads to the next power of
+two of blocks instead), then replays the graph captured for that bucket. Padded rows write their K/V to the scratch
+block and their logits are dropped. All graphs share one memory pool and one set of static input buffers (views of
+the largest size).
 
 A decode window (multi_step.py) replays a second kind of graph, one whole step (forward, sample, record the outputs,
 advance the inputs), K times in a row; it is keyed by the bucket and by the sampler's mode (top-k/top-p filtering,
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hyflow.rollout import triton_kernels
 from hyflow.rollout.attention import AttentionMetadata
 from hyflow.rollout.config import EngineConfig
 from hyflow.rollout.multi_step import DecodeState, decode_step
@@ -63,6 +66,8 @@ class DecodeGraphs:
         self.out_log_probs = torch.zeros(batch, self.max_steps, dtype=torch.float32, device=device)
         self.out_raw_log_probs = torch.zeros(batch, self.max_steps, dtype=torch.float32, device=device)
         self._loaded_sampling: tuple[torch.Tensor, int] | None = None  # (temperatures loaded, padded batch)
+        self.full_width_tables = triton_kernels.available()  # one block bucket: Triton decode attention
+        self._compiled: set[tuple] = set()  # buckets whose kernels ran once (kept across clear(): no warm-up again)
 
     def fits(self, batch: int, meta: AttentionMetadata) -> bool:
         return batch <= self.max_batch and meta.block_tables.shape[1] <= self.max_blocks
@@ -78,6 +83,8 @@ class DecodeGraphs:
 
     def _bucket(self, batch: int, num_blocks: int) -> tuple[int, int]:
         padded_batch = next(b for b in self.ladder if b >= batch)
+        if self.full_width_tables:
+            return padded_batch, self.max_blocks
         padded_blocks = min(1 << max(num_blocks - 1, 0).bit_length(), self.max_blocks)
         return padded_batch, padded_blocks
 
@@ -92,11 +99,14 @@ class DecodeGraphs:
             logits_index=rows,
         )
 
-    def _record(self, fn: Callable[[], Any], prepare: Callable[[], None] = lambda: None) -> tuple[Any, Any]:
-        """Captures `fn` in a CUDA graph (after a warm-up run outside it, which compiles the kernels); returns the
-        graph and what `fn` returned (its static output tensors). `prepare` sets the inputs before each run."""
-        prepare()
-        fn()
+    def _record(self, key: tuple, fn: Callable[[], Any], prepare: Callable[[], None] = lambda: None) -> tuple[Any, Any]:
+        """Captures `fn` in a CUDA graph; returns the graph and what `fn` returned (its static output tensors).
+        The first time a bucket is captured, a warm-up run outside the graph compiles its kernels; a capture again
+        (after the KV cache moved) skips it. `prepare` sets the inputs before each run."""
+        if key not in self._compiled:
+            prepare()
+            fn()
+            self._compiled.add(key)
         prepare()
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
@@ -111,7 +121,7 @@ class DecodeGraphs:
         logger.info("capturing a CUDA graph for decode batch %d x %d blocks", batch, num_blocks)
         meta = self._meta(batch, num_blocks)
         ids, positions = self.input_ids[:batch], self.positions[:batch]
-        return self._record(lambda: self.runner.forward(ids, positions, meta))
+        return self._record(("step", batch, num_blocks), lambda: self.runner.forward(ids, positions, meta))
 
     def _pad_inputs(self, batch: int, padded_batch: int, padded_blocks: int) -> None:
         """Rows batch..padded_batch (and block-table columns past each row's blocks) point at the scratch block."""
@@ -214,7 +224,7 @@ class DecodeGraphs:
             self._pad_sampling(0, batch)
             self._loaded_sampling = None
 
-        return self._record(step, neutral)[0]
+        return self._record(("window", *key), step, neutral)[0]
 
     def replay_window(
         self,

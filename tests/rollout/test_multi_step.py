@@ -181,7 +181,7 @@ class EagerGraph:
 class EagerDecodeGraphs(DecodeGraphs):
     """DecodeGraphs with eager replays, to test its static buffers, padding and buckets without a GPU."""
 
-    def _record(self, fn, prepare=lambda: None):
+    def _record(self, key, fn, prepare=lambda: None):
         prepare()
         out = fn()
         prepare()
@@ -189,7 +189,8 @@ class EagerDecodeGraphs(DecodeGraphs):
 
 
 @pytest.mark.timeout(120)
-def test_the_graph_path_buffers_and_padding_give_the_single_step_outputs(hf):
+@pytest.mark.parametrize("full_width_tables", [False, True], ids=["power-of-two-blocks", "full-width-blocks"])
+def test_the_graph_path_buffers_and_padding_give_the_single_step_outputs(hf, full_width_tables):
     params = [
         SamplingParams(n=2, temperature=1.0, max_tokens=30, seed=4, ignore_eos=True, raw_log_probs=True),
         SamplingParams(temperature=0, max_tokens=9, ignore_eos=True),
@@ -198,10 +199,13 @@ def test_the_graph_path_buffers_and_padding_give_the_single_step_outputs(hf):
     expected = _outputs(_engine(hf, 1), PROMPTS, params)
     engine = _engine(hf, 8)
     engine.runner.graphs = graphs = EagerDecodeGraphs(engine.runner, engine.config)
+    graphs.full_width_tables = full_width_tables
     _assert_same(_outputs(engine, PROMPTS, params), expected)
     # 4 rows, then 3 padded to 4 (the greedy one finished) for three windows in a row, which reuse the loaded
-    # sampling settings; the block tables grow through two buckets. Top-k and raw log-probs are on throughout.
-    assert {key[0] for key in graphs.window_graphs} == {4} and len(graphs.window_graphs) == 2
+    # sampling settings; the block tables grow through two buckets, or stay in one at the full width. Top-k and
+    # raw log-probs are on throughout.
+    assert {key[0] for key in graphs.window_graphs} == {4}
+    assert len(graphs.window_graphs) == (1 if full_width_tables else 2)
     assert all(key[2:] == (True, True) for key in graphs.window_graphs)
 
 
