@@ -266,3 +266,16 @@ def test_the_hydra_entry_trains_with_command_line_overrides(assets, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "logs" / "tests" / "tiny" / "metrics.jsonl").is_file()
     assert (tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt").is_file()
+
+
+@pytest.mark.timeout(180)
+def test_removing_padding_trains_the_same_as_the_padded_batch(assets, tmp_path):
+    """`use_remove_padding` (packed rows) for actor and critic: the same rewards and losses as the padded run."""
+    runs = {}
+    for remove_padding in (False, True):
+        overrides = ["algorithm.adv_estimator=gae", f"actor_rollout_ref.model.use_remove_padding={remove_padding}",
+                     f"critic.model.use_remove_padding={remove_padding}"]  # fmt: skip
+        runs[remove_padding], _, _ = train(assets, tmp_path / str(remove_padding), *overrides)
+    for padded, packed in zip(runs[False], runs[True]):
+        for key in ("critic/score/mean", "actor/pg_loss", "critic/vf_loss", "actor/entropy", "response_length/mean"):
+            assert packed["data"][key] == pytest.approx(padded["data"][key], rel=1e-3, abs=1e-5), key
