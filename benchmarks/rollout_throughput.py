@@ -4,6 +4,7 @@
     python benchmarks/rollout_throughput.py --tiny       # CPU: a tiny model, small shapes (minutes on a laptop)
     python benchmarks/rollout_throughput.py --no-hf      # engine only
     python benchmarks/rollout_throughput.py --no-hf --num-scheduler-steps 1   # one host round trip per token
+    torchrun --nproc-per-node 2 benchmarks/rollout_throughput.py --tensor-parallel-size 2   # the engine, TP=2
 
 Cases: (a) 256 prompts x 256 prompt tokens -> 256 new tokens each (ignore_eos);
        (b) GRPO shape: 64 prompts x 512 prompt tokens, n=8, 512 new tokens (the 8 samples share the prompt's cache);
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import time
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from hyflow.rollout.config import EngineConfig, SamplingParams
@@ -78,6 +81,10 @@ def decode_bound_seconds(model: torch.nn.Module, case: Case, dtype_bytes: int) -
     return (weights + rows * avg_context * kv_per_token) / H200_BANDWIDTH
 
 
+def is_main_rank() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
 def random_prompts(vocab_size: int, case: Case) -> list[list[int]]:
     return torch.randint(100, vocab_size - 100, (case.num_prompts, case.prompt_len)).tolist()
 
@@ -105,7 +112,7 @@ def run_engine(engine: LLMEngine, prompts: list[list[int]], case: Case, trace: b
             prefill_seconds, prefill_steps = prefill_seconds + time.perf_counter() - step_start, prefill_steps + 1
     sync()
     elapsed = time.perf_counter() - start
-    if trace:
+    if trace and is_main_rank():
         print(
             f"  {elapsed:.3f} s: {prefill_steps} prefill steps {prefill_seconds:.3f} s, {decode_steps} decode steps "
             f"{decode_seconds:.3f} s, other {elapsed - prefill_seconds - decode_seconds:.3f} s"
@@ -166,10 +173,18 @@ def main() -> None:
     parser.add_argument(
         "--num-scheduler-steps", type=int, default=EngineConfig.num_scheduler_steps, help="decode steps per window"
     )
+    parser.add_argument(
+        "--tensor-parallel-size", type=int, default=1, help="under `torchrun --nproc-per-node N` (the engine only)"
+    )
     args = parser.parse_args()
     device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    torch.manual_seed(0)
+    if args.tensor_parallel_size > 1:  # every rank runs the same engine on the same prompts (SPMD)
+        if device == "cuda":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+        args.no_hf = True
+    torch.manual_seed(0)  # the same weights and prompts on every rank
     model = Qwen2ForCausalLM(qwen2_config(args.tiny)).to(device=device, dtype=dtype).eval()
     cases = [c for c in (TINY_CASES if args.tiny else GPU_CASES) if c.name in args.cases.split(",")]
     max_len = max(c.prompt_len + c.new_tokens for c in cases)
@@ -181,12 +196,15 @@ def main() -> None:
         kv_cache_bytes=2**26,
         enforce_eager=args.enforce_eager,
         num_scheduler_steps=args.num_scheduler_steps,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     engine = LLMEngine(model, config)
-    print(
-        f"device={device} dtype={dtype} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-        f"kv_blocks={engine.block_manager.num_blocks} num_scheduler_steps={config.num_scheduler_steps}"
-    )
+    if is_main_rank():
+        print(
+            f"device={device} dtype={dtype} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+            f"kv_blocks={engine.block_manager.num_blocks} num_scheduler_steps={config.num_scheduler_steps} "
+            f"tensor_parallel_size={config.tensor_parallel_size}"
+        )
     for case in cases:
         # New random prompts for every run: a run never finds the previous run's prompts in the prefix cache.
         fresh_prompts = functools.partial(random_prompts, model.config.vocab_size, case)
@@ -212,7 +230,10 @@ def main() -> None:
         if not args.no_hf:
             hf_tokens_per_s = run_hf(model, prompts, case)
             line += f"; transformers.generate {hf_tokens_per_s:,.0f} tok/s; ratio {tokens_per_s / hf_tokens_per_s:.1f}x"
-        print(line, flush=True)
+        if is_main_rank():
+            print(line, flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

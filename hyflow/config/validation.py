@@ -291,6 +291,13 @@ def _check_cluster_and_files(config: PPOTrainerConfig) -> list[str]:
             f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide the number of "
             f"devices {dp} (trainer.nnodes * trainer.n_gpus_per_node). Fix: pick a divisor of {dp} (e.g. 1)."
         )
+    if rollout.tensor_model_parallel_size > 1 and rollout.multi_turn.enable:
+        problems.append(
+            f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} with "
+            f"{_ROLLOUT}.multi_turn.enable=True: agent loops use the engine's per-request API, which a "
+            "tensor-parallel engine does not serve (its ranks could see requests in different orders). "
+            "Fix: set tensor_model_parallel_size=1 for multi-turn rollouts."
+        )
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         problems.append(
             "trainer.resume_mode='resume_path' needs trainer.resume_from_path, but it is None. "

@@ -7,8 +7,8 @@ with seeds and log-probs, a batch API and an async API, in-place weight updates,
 
 Files, one noun each: config (EngineConfig, SamplingParams), sequence, block_manager, kv_cache, scheduler, sampler,
 attention, model_runner, multi_step (decode windows), cuda_graphs, triton_kernels, models/ (Llama, Mistral, Qwen2,
-Qwen3), engine, async_engine, worker_rollout + hf_rollout + batch (the trainer's rollout), server (`hyflow serve`),
-generate (`hyflow generate`).
+Qwen3), parallel (tensor parallelism), engine, async_engine, worker_rollout + hf_rollout + batch (the trainer's
+rollout), server (`hyflow serve`), generate (`hyflow generate`).
 """
 
 from hyflow.rollout.async_engine import AsyncLLMEngine

@@ -44,6 +44,13 @@ class AsyncLLMEngine:
         self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
     ) -> RequestOutput:
         """Generates for one prompt; returns when it finishes (or is aborted). Bad input raises ValueError."""
+        if self.engine.tp.size > 1:
+            # Requests would reach the ranks of a TP group in different orders, so their schedulers would disagree.
+            raise ValueError(
+                f"the async per-request API (agent loops, serve) does not support tensor_model_parallel_size="
+                f"{self.engine.tp.size}: the ranks of a TP group must see the same requests in the same order. "
+                "Use the batch API (generate_sequences), or set tensor_model_parallel_size=1 for agent loops."
+            )
         lock = self._ensure_loop()
         if request_id is None:
             request_id, self._next_id = f"async-{self._next_id}", self._next_id + 1

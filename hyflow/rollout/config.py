@@ -75,6 +75,9 @@ class EngineConfig:
     steps back to back on the device and syncs with the host once, at the end of the window (see multi_step.py).
     Outputs are identical for any value; 1 is one host round trip per token. 8 hides most of the host's per-step
     work on CUDA and costs nothing on CPU. Requests that arrive or abort during a window wait for its end.
+
+    `tensor_parallel_size` > 1 splits the model over that many processes (one per device) of a torch.distributed
+    group (parallel.py); every process of the group must make the same calls with the same requests (SPMD).
     """
 
     block_size: int = 16
@@ -90,10 +93,18 @@ class EngineConfig:
     enforce_eager: bool = False  # True: no CUDA graphs
     cuda_graph_max_batch: int = 512
     num_scheduler_steps: int = 8
+    tensor_parallel_size: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
-        positive = ["block_size", "max_num_seqs", "max_num_batched_tokens", "kv_cache_bytes", "num_scheduler_steps"]
+        positive = [
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "kv_cache_bytes",
+            "num_scheduler_steps",
+            "tensor_parallel_size",
+        ]
         for key in positive:
             if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"engine setting {key}={getattr(self, key)!r} must be >= 1")

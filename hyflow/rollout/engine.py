@@ -9,6 +9,11 @@ sequences that hit a stop condition, and returns the requests that finished. A d
 `EngineConfig.num_scheduler_steps` forward steps with one host sync (multi_step.py); requests added or aborted
 meanwhile join or leave at the next `step()`. Bad requests raise `ValueError` in `add_request` before anything is
 queued, so the engine keeps serving the others.
+
+Tensor parallelism (`EngineConfig.tensor_parallel_size`, parallel.py): each process of a TP group builds the engine
+with its shard of the model (`tp_group`, or groups of consecutive ranks of the torch.distributed world) and calls
+`generate` with the same prompts and sampling parameters. The logits, hence the tokens, are identical on every rank,
+so the schedulers agree step by step (SPMD) and every rank returns the same outputs.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.kv_cache import num_blocks_for_memory
 from hyflow.rollout.model_runner import ModelRunner
 from hyflow.rollout.models import load_model
+from hyflow.rollout.parallel import TensorParallel
 from hyflow.rollout.scheduler import Scheduler
 from hyflow.rollout.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
 
@@ -53,8 +59,13 @@ def _eos_ids(model: str | nn.Module, hf_config: Any, tokenizer: Any) -> set[int]
 
 
 class LLMEngine:
-    def __init__(self, model: str | nn.Module, config: EngineConfig | None = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self, model: str | nn.Module, config: EngineConfig | None = None, tokenizer: Any = None, tp_group: Any = None
+    ) -> None:
+        """`tp_group`: the torch.distributed group of this rank's TP peers (with `tensor_parallel_size` > 1; None:
+        groups of consecutive ranks of the world, made here, a collective call over the world)."""
         self.config = config = config or EngineConfig()
+        self.tp = TensorParallel.build(config.tensor_parallel_size, tp_group)
         device = "cuda" if config.device == "auto" and torch.cuda.is_available() else config.device
         self.device = torch.device("cpu" if device == "auto" else device)
         if config.dtype == "auto":
@@ -67,10 +78,11 @@ class LLMEngine:
 
             self.hf_config = AutoConfig.from_pretrained(model)
         max_model_len = config.check_model_len(self.hf_config.max_position_embeddings)
-        self.model = load_model(model, max_model_len, self.dtype, self.device)
+        self.model = load_model(model, max_model_len, self.dtype, self.device, self.tp)
         self.tokenizer = tokenizer
         self.eos_token_ids = _eos_ids(model, self.hf_config, tokenizer)
-        num_blocks = num_blocks_for_memory(self.model.args, config, self.dtype, self.device)
+        # The ranks of a TP group must schedule alike, so they all take the smallest cache any of them can hold.
+        num_blocks = self.tp.min(num_blocks_for_memory(self.model.args, config, self.dtype, self.device), self.device)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.runner = ModelRunner(self.model, config, num_blocks, self.device, self.dtype)

@@ -1,6 +1,7 @@
 """The paged KV cache tensors and how many blocks fit in the memory the engine may use.
 
-Layout per layer: k and v of shape (num_blocks + 1, block_size, Hkv, D). The extra last block is scratch: padded
+Layout per layer: k and v of shape (num_blocks + 1, block_size, Hkv, D), Hkv being the KV heads this tensor-parallel
+rank holds (all of them without TP). The extra last block is scratch: padded
 rows of a CUDA-graph batch write there, so no real block is touched. `free()` drops the tensors (sleep) and
 `allocate()` makes them again (wake); block ids stay valid across the two.
 """
@@ -18,16 +19,17 @@ logger = logging.getLogger(__name__)
 
 
 def block_bytes(args: DecoderArgs, block_size: int, dtype: torch.dtype) -> int:
-    """Bytes of one block over all layers: 2 (k, v) * layers * block_size * Hkv * D * itemsize."""
+    """Bytes of one block over all layers: 2 (k, v) * layers * block_size * Hkv * D * itemsize (Hkv on this rank)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return 2 * args.num_layers * block_size * args.num_kv_heads * args.head_dim * itemsize
+    return 2 * args.num_layers * block_size * args.layout.num_kv_heads * args.head_dim * itemsize
 
 
 def activation_reserve_bytes(args: DecoderArgs, config: EngineConfig, dtype: torch.dtype) -> int:
     """A generous estimate of the peak activations of one step (kept free of KV cache on CUDA)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     tokens = config.max_num_batched_tokens
-    per_token = (4 * args.hidden_size + 3 * args.intermediate_size + 2 * args.num_heads * args.head_dim) * itemsize
+    layout = args.layout  # this TP rank's share of the heads and MLP columns
+    per_token = (4 * args.hidden_size + 3 * layout.intermediate_size + 2 * layout.num_heads * args.head_dim) * itemsize
     logits = config.max_num_seqs * args.vocab_size * 4 * 4  # fp32 logits, log-softmax, noise, sort
     return tokens * per_token + logits + 2**30
 
@@ -62,7 +64,7 @@ class KVCache:
     def __init__(
         self, args: DecoderArgs, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device
     ) -> None:
-        self.shape = (2, args.num_layers, num_blocks + 1, block_size, args.num_kv_heads, args.head_dim)
+        self.shape = (2, args.num_layers, num_blocks + 1, block_size, args.layout.num_kv_heads, args.head_dim)
         self.dtype, self.device = dtype, device
         self.scratch_block = num_blocks
         self.data: torch.Tensor | None = None

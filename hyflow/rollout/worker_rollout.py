@@ -10,6 +10,10 @@
 `rollout.name=hf` runs `transformers.generate`. Sampling comes from the rollout config (`val_kwargs` when
 `meta_info["validate"]`), overridden by `meta_info` `do_sample` / `temperature`. `n` is 1 here: the trainer repeats
 prompts itself. On CPU the engine computes in float32 (CPU bf16 matmuls are slow and would drift from the actor).
+
+With `tensor_model_parallel_size` > 1, consecutive ranks of the worker group form one engine (parallel.py): each
+rank's chunk of prompts is gathered within its TP group, the group generates them all, and each rank returns its own
+rows. The per-request API (agent loops) needs tensor_model_parallel_size=1.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.engine import LLMEngine
 from hyflow.rollout.hf_rollout import HFRollout
 from hyflow.rollout.models import is_supported
-from hyflow.rollout.sequence import CompletionOutput
+from hyflow.rollout.sequence import CompletionOutput, RequestOutput
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +65,6 @@ def row_sampling_params(params: SamplingParams, seed: int | None, num_rows: int)
 
 
 def engine_config_from_rollout(config: Any) -> EngineConfig:
-    if config.tensor_model_parallel_size != 1:
-        raise ValueError(
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={config.tensor_model_parallel_size} is not "
-            "supported yet: hyflow's engine runs one full model copy per device. Set it to 1."
-        )
     device = "cuda" if torch.cuda.is_available() else "cpu"
     max_model_len = config.max_model_len or config.prompt_length + config.response_length
     return EngineConfig(
@@ -77,6 +76,7 @@ def engine_config_from_rollout(config: Any) -> EngineConfig:
         device=device,
         enforce_eager=config.enforce_eager,
         num_scheduler_steps=config.num_scheduler_steps,
+        tensor_parallel_size=config.tensor_model_parallel_size,
     )
 
 
@@ -110,7 +110,7 @@ class EngineRollout:
             self.engine.eos_token_ids |= set(eos if isinstance(eos, list) else [eos])
         prompt_ids = unpadded_prompts(prompts.batch[F.INPUT_IDS], prompts.batch[F.ATTENTION_MASK])
         params = row_sampling_params(params, prompts.meta_info.get(F.SEED), len(prompt_ids))
-        outputs = [out.outputs[0] for out in self.engine.generate(prompt_ids, params)]
+        outputs = [out.outputs[0] for out in self._generate(prompt_ids, params)]
         return pack_responses(
             prompts,
             [o.token_ids for o in outputs],
@@ -119,6 +119,22 @@ class EngineRollout:
             self.config.response_length,
             self.pad_token_id,
         )
+
+    def _generate(
+        self, prompt_ids: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[RequestOutput]:
+        """The engine's outputs for this rank's prompts. With tensor parallelism every rank of the TP group holds
+        its own chunk of the batch (data-parallel dispatch): the group gathers all chunks, generates all of them on
+        every rank in lockstep, and each rank keeps its own rows."""
+        tp = self.engine.tp
+        if tp.size == 1:
+            return self.engine.generate(prompt_ids, params)
+        rows = params if isinstance(params, list) else [params] * len(prompt_ids)
+        chunks = tp.all_gather_objects((prompt_ids, rows))
+        all_prompts = [prompt for chunk_prompts, _ in chunks for prompt in chunk_prompts]
+        all_params = [p for _, chunk_params in chunks for p in chunk_params]
+        start = sum(len(chunk_prompts) for chunk_prompts, _ in chunks[: tp.rank])
+        return self.engine.generate(all_prompts, all_params)[start : start + len(prompt_ids)]
 
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams | dict, request_id: str | None = None

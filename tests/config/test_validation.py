@@ -130,6 +130,14 @@ def test_tensor_parallel_size_must_divide_the_devices():
     assert "tensor_model_parallel_size=2 must divide the number of devices 1" in problem
 
 
+def test_multi_turn_rollouts_need_tensor_parallel_size_one():
+    overrides = ["trainer.backend=ray", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.multi_turn.enable=True"]
+    problems = _problems([*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
+
+    assert any("multi_turn.enable=True: agent loops use the engine's per-request API" in p for p in problems)
+    assert load_config(overrides).actor_rollout_ref.rollout.multi_turn.enable  # fine with tensor_model_parallel_size=1
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

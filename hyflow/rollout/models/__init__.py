@@ -2,6 +2,7 @@
 
     model = load_model("path/to/hf_folder", dtype=torch.bfloat16, device="cuda", max_positions=4096)
     model = load_model(hf_module)                    # a `transformers` model: config + state dict, no disk
+    model = load_model(path, tp=TensorParallel.from_world(2))   # this rank's tensor-parallel shard (parallel.py)
 
 `is_supported(hf_config)` says whether the engine can run an architecture; others fall back to `rollout.name=hf`.
 """
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from hyflow.rollout.models.llama import DecoderArgs, DecoderForCausalLM
+from hyflow.rollout.parallel import TensorParallel
 
 # HF architecture name -> decoder family (the switches `DecoderArgs.from_hf` applies).
 ARCHITECTURES: dict[str, str] = {
@@ -41,9 +43,15 @@ def is_supported(hf_config: Any) -> bool:
 
 
 def build_model(
-    hf_config: Any, max_positions: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    hf_config: Any,
+    max_positions: int,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    tp: TensorParallel | None = None,
 ) -> DecoderForCausalLM:
-    """An engine model with the config's shape (weights uninitialised until `load_weights`)."""
+    """An engine model with the config's shape, or this rank's shard of it with `tp` (weights uninitialised until
+    `load_weights`)."""
+    tp = tp or TensorParallel()
     family = family_of(hf_config)
     if family is None:
         raise ValueError(
@@ -52,8 +60,9 @@ def build_model(
             "transformers.generate for it"
         )
     args = DecoderArgs.from_hf(hf_config, family, max_positions)
+    args = args.sharded(tp.size, tp.rank)
     with torch.device(device):
-        model = DecoderForCausalLM(args)
+        model = DecoderForCausalLM(args, tp)
     model.to(dtype)
     return model.eval().requires_grad_(False)
 
@@ -79,14 +88,16 @@ def load_model(
     max_positions: int | None = None,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
+    tp: TensorParallel | None = None,
 ) -> DecoderForCausalLM:
-    """An engine model with the weights of a HF folder or an in-memory `transformers` model."""
+    """An engine model with the weights of a HF folder or an in-memory `transformers` model (with `tp`, this
+    rank's shard of them)."""
     if isinstance(source, nn.Module):
         hf_config, weights = source.config, source.state_dict().items()
     else:
         from transformers import AutoConfig
 
         hf_config, weights = AutoConfig.from_pretrained(source), iter_safetensors(source)
-    model = build_model(hf_config, max_positions or hf_config.max_position_embeddings, dtype, device)
+    model = build_model(hf_config, max_positions or hf_config.max_position_embeddings, dtype, device, tp)
     model.load_weights(weights)
     return model

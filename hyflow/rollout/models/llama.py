@@ -5,11 +5,20 @@ window layers (Mistral, some Qwen2/3), tied embeddings, and the RoPE variant. q/
 one matmul each (`qkv_proj`, `gate_up_proj`); `load_weights` maps the HF names (`q_proj`, `gate_proj`, ...) onto
 their slices in place, so a weight update never reallocates.
 
-Shapes: T new tokens in one step (flattened over sequences), hidden size E, H heads, Hkv KV heads, head dim D.
+With tensor parallelism (parallel.py) each rank builds the same model with its `ShardLayout`: its own query and KV
+heads in `qkv_proj` and its MLP columns in `gate_up_proj` (column-parallel), the matching input slices of `o_proj`
+and `down_proj` (row-parallel, their partial sums all-reduced before the bias); `load_weights` still takes the full
+HF tensors and copies this rank's slice. The embedding and LM head are split by vocabulary rows (the LM head's
+logits all-gathered); the norms are replicated.
+
+Shapes: T new tokens in one step (flattened over sequences), hidden size E, H heads, Hkv KV heads, head dim D;
+on one TP rank of a group of tp: H / tp query heads, max(Hkv / tp, 1) KV heads, I / tp MLP columns, ceil(V / tp)
+vocabulary rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +29,7 @@ from torch import nn
 from hyflow.rollout.attention import AttentionMasks, AttentionMetadata, paged_attention, write_kv_cache
 from hyflow.rollout.models.ops import add_rms_norm, rms_norm, silu_and_mul
 from hyflow.rollout.models.rope import RotaryEmbedding, rope_parameters
+from hyflow.rollout.parallel import ShardLayout, TensorParallel
 
 
 @dataclass
@@ -42,6 +52,23 @@ class DecoderArgs:
     qk_norm: bool = False
     tie_word_embeddings: bool = False
     sliding_windows: list[int | None] = field(default_factory=list)  # one per layer, None = full attention
+    tp_size: int = 1  # tensor-parallel ranks the model is split over, and which of them this copy is
+    tp_rank: int = 0
+
+    def sharded(self, tp_size: int, tp_rank: int) -> DecoderArgs:
+        """These args for TP rank `tp_rank` of `tp_size`; ValueError (naming the fix) when the model does not split
+        that many ways."""
+        ShardLayout.for_rank(
+            self.num_heads, self.num_kv_heads, self.intermediate_size, self.vocab_size, tp_size, tp_rank
+        )
+        return dataclasses.replace(self, tp_size=tp_size, tp_rank=tp_rank)
+
+    @property
+    def layout(self) -> ShardLayout:
+        """The heads and MLP columns this TP rank holds (all of them when tp_size is 1)."""
+        return ShardLayout.for_rank(
+            self.num_heads, self.num_kv_heads, self.intermediate_size, self.vocab_size, self.tp_size, self.tp_rank
+        )
 
     @classmethod
     def from_hf(cls, config: Any, family: str, max_positions: int) -> DecoderArgs:
@@ -100,13 +127,46 @@ class RMSNorm(nn.Module):
         return add_rms_norm(x, residual, self.weight, self.eps)
 
 
+class RowParallelLinear(nn.Linear):
+    """y = sum over TP ranks of x_r W_r^T, then + b: the input features are split across the ranks (Megatron's
+    row-parallel linear); the bias is added once, after the all-reduce. With one rank, a plain `nn.Linear`."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TensorParallel) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.tp = tp
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return super().forward(x)
+        out = self.tp.all_reduce(nn.functional.linear(x, self.weight))
+        return out if self.bias is None else out + self.bias
+
+
+class VocabParallelEmbedding(nn.Embedding):
+    """Token embedding whose rows are split across the TP ranks: each rank looks up the ids in its rows (zeros for
+    the others) and an all-reduce sums the parts. With one rank, a plain `nn.Embedding`."""
+
+    def __init__(self, rows: int, dim: int, start: int, tp: TensorParallel) -> None:
+        super().__init__(rows, dim)
+        self.start, self.tp = start, tp
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return super().forward(ids)
+        local = ids - self.start
+        outside = (local < 0) | (local >= self.num_embeddings)
+        out = nn.functional.embedding(local.masked_fill(outside, 0), self.weight)
+        return self.tp.all_reduce(out.masked_fill(outside.unsqueeze(-1), 0.0))
+
+
 class Attention(nn.Module):
-    def __init__(self, args: DecoderArgs, rotary: RotaryEmbedding) -> None:
+    def __init__(self, args: DecoderArgs, rotary: RotaryEmbedding, tp: TensorParallel) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = args.num_heads, args.num_kv_heads, args.head_dim
-        self.q_size, self.kv_size = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
+        layout = args.layout
+        self.num_heads, self.num_kv_heads, self.head_dim = layout.num_heads, layout.num_kv_heads, args.head_dim
+        self.q_size, self.kv_size = layout.num_heads * args.head_dim, layout.num_kv_heads * args.head_dim
         self.qkv_proj = nn.Linear(args.hidden_size, self.q_size + 2 * self.kv_size, bias=args.qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, args.hidden_size, bias=args.o_bias)
+        self.o_proj = RowParallelLinear(self.q_size, args.hidden_size, args.o_bias, tp)
         self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
         self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
         self.rotary = rotary
@@ -136,20 +196,21 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)) (Shazeer 2020)."""
 
-    def __init__(self, args: DecoderArgs) -> None:
+    def __init__(self, args: DecoderArgs, tp: TensorParallel) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * args.intermediate_size, bias=args.mlp_bias)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=args.mlp_bias)
+        columns = args.layout.intermediate_size
+        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * columns, bias=args.mlp_bias)
+        self.down_proj = RowParallelLinear(columns, args.hidden_size, args.mlp_bias, tp)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: DecoderArgs, rotary: RotaryEmbedding) -> None:
+    def __init__(self, args: DecoderArgs, rotary: RotaryEmbedding, tp: TensorParallel) -> None:
         super().__init__()
-        self.self_attn = Attention(args, rotary)
-        self.mlp = MLP(args)
+        self.self_attn = Attention(args, rotary, tp)
+        self.mlp = MLP(args, tp)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
@@ -174,11 +235,12 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, args: DecoderArgs) -> None:
+    def __init__(self, args: DecoderArgs, tp: TensorParallel) -> None:
         super().__init__()
         self.rotary = RotaryEmbedding(args.head_dim, args.max_positions, args.rope)
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args, self.rotary) for _ in range(args.num_layers))
+        layout = args.layout
+        self.embed_tokens = VocabParallelEmbedding(layout.vocab_rows, args.hidden_size, layout.vocab_start, tp)
+        self.layers = nn.ModuleList(DecoderLayer(args, self.rotary, tp) for _ in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
 
@@ -194,11 +256,13 @@ class DecoderForCausalLM(nn.Module):
         "up_proj": ("gate_up_proj", 1),
     }
 
-    def __init__(self, args: DecoderArgs) -> None:
+    def __init__(self, args: DecoderArgs, tp: TensorParallel | None = None) -> None:
         super().__init__()
+        self.tp = tp = tp or TensorParallel()
+        assert (tp.size, tp.rank) == (args.tp_size, args.tp_rank), "DecoderArgs and the TP group disagree"
         self.args = args
-        self.model = DecoderModel(args)
-        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.model = DecoderModel(args, tp)
+        self.lm_head = nn.Linear(args.hidden_size, args.layout.vocab_rows, bias=False)  # this rank's vocab rows
         if args.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -218,25 +282,42 @@ class DecoderForCausalLM(nn.Module):
         return self.model.norm.add_forward(x, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits (B, V) in the model's dtype; the sampler computes in fp32."""
-        return self.lm_head(hidden)
+        """Logits (B, V) in the model's dtype (gathered from the TP ranks' vocab rows); the sampler computes in
+        fp32."""
+        if self.tp.size == 1:
+            return self.lm_head(hidden)
+        return self.tp.all_gather_columns(self.lm_head(hidden))[:, : self.args.vocab_size]
 
-    def _shard(self, name: str) -> tuple[str, tuple[int, int] | None]:
-        """Our parameter name and (offset, length) along dim 0 for one HF weight name."""
+    def _shard(self, name: str) -> tuple[str, tuple[int, int] | None, tuple[int, int, int, int] | None]:
+        """For one HF weight name: our parameter name; the (offset, length) along its dim 0 that the weight fills
+        (None: all of it); and the slice (dim, offset, length, full size along dim) of the full HF tensor that this
+        TP rank holds (None: all of it; column-parallel weights slice dim 0, row-parallel ones dim 1)."""
+        args, layout, head_dim = self.args, self.args.layout, self.args.head_dim
         for hf_part, (ours, index) in self.packed.items():
             if f".{hf_part}." in name:
-                args = self.args
                 if ours == "qkv_proj":
-                    q, kv = args.num_heads * args.head_dim, args.num_kv_heads * args.head_dim
-                    spans = [(0, q), (q, kv), (q + kv, kv)]
-                else:
-                    spans = [(0, args.intermediate_size), (args.intermediate_size, args.intermediate_size)]
-                return name.replace(hf_part, ours), spans[index]
-        return name, None
+                    q, kv = layout.num_heads * head_dim, layout.num_kv_heads * head_dim
+                    span = [(0, q), (q, kv), (q + kv, kv)][index]
+                    first_head = layout.head_start if index == 0 else layout.kv_head_start
+                    full = (args.num_heads if index == 0 else args.num_kv_heads) * head_dim
+                    return name.replace(hf_part, ours), span, (0, first_head * head_dim, span[1], full)
+                columns = layout.intermediate_size
+                source = (0, layout.intermediate_start, columns, args.intermediate_size)
+                return name.replace(hf_part, ours), (index * columns, columns), source
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            rows = layout.vocab_real_rows
+            return name, (0, rows), (0, layout.vocab_start, rows, args.vocab_size)
+        if name.endswith(".o_proj.weight"):
+            width = layout.num_heads * head_dim
+            return name, None, (1, layout.head_start * head_dim, width, args.num_heads * head_dim)
+        if name.endswith(".down_proj.weight"):
+            return name, None, (1, layout.intermediate_start, layout.intermediate_size, args.intermediate_size)
+        return name, None, None
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Copies HF-named tensors into the parameters in place; returns how many tensors were loaded."""
+        """Copies full HF-named tensors (this TP rank's slice of each) into the parameters in place; returns how
+        many tensors were loaded."""
         params = dict(self.named_parameters(remove_duplicate=False))
         count = 0
         for hf_name, tensor in weights:
@@ -244,18 +325,21 @@ class DecoderForCausalLM(nn.Module):
                 continue
             if hf_name == "lm_head.weight" and self.args.tie_word_embeddings:
                 continue  # the same tensor as model.embed_tokens.weight
-            name, span = self._shard(hf_name)
+            name, span, source = self._shard(hf_name)
             if name not in params:
                 raise KeyError(
                     f"weight {hf_name!r} has no counterpart in the hyflow engine's model (expected Hugging Face "
                     "Llama/Qwen/Mistral names such as 'model.layers.0.mlp.up_proj.weight')"
                 )
             target = params[name].data if span is None else params[name].data.narrow(0, *span)
-            if target.shape != tensor.shape:
+            expected = list(target.shape)
+            if source is not None:
+                expected[source[0]] = source[3]
+            if list(tensor.shape) != expected:
                 raise ValueError(
                     f"weight {hf_name!r} has shape {tuple(tensor.shape)}, the engine expects "
-                    f"{tuple(target.shape)}; the model config and the weights disagree"
+                    f"{tuple(expected)}; the model config and the weights disagree"
                 )
-            target.copy_(tensor)
+            target.copy_(tensor if source is None else tensor.narrow(*source[:3]))
             count += 1
         return count
