@@ -49,6 +49,8 @@ def run_pages(page_list: list[Path], tmp_root: Path, timeout_s: float) -> dict[s
     plan_path.write_text(json.dumps(plan))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("RAY_ADDRESS", None)  # a page starts its own local Ray cluster, never one left by another test
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)  # a process group of an earlier test in this process may still hold that port
     command = [sys.executable, str(RUNNER), str(plan_path), str(results_path)]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
