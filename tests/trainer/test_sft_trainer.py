@@ -89,6 +89,16 @@ def test_first_step_loss_and_gradient_do_not_depend_on_the_micro_batch_size(asse
     assert results[0] == pytest.approx(results[1], rel=1e-4)
 
 
+def test_removing_padding_gives_the_same_first_step(assets, tmp_path):
+    results = []
+    for remove_padding in (False, True):
+        extra = f"model.use_remove_padding={remove_padding}"
+        trainer = SFTTrainer(load_sft_config(overrides(assets, tmp_path / str(remove_padding), extra)))
+        metrics = trainer.train_step(trainer.train_batch(0))
+        results.append((float(metrics["train/loss"]), float(metrics["train/grad_norm"])))
+    assert results[0] == pytest.approx(results[1], rel=1e-4)
+
+
 def test_a_resumed_run_ends_with_the_same_weights_as_an_uninterrupted_one(assets, tmp_path):
     straight = SFTTrainer(load_sft_config(overrides(assets, tmp_path / "straight", "trainer.save_hf_model=False")))
     straight.fit()
