@@ -67,7 +67,6 @@ class DecodeGraphs:
         self.out_raw_log_probs = torch.zeros(batch, self.max_steps, dtype=torch.float32, device=device)
         self._loaded_sampling: tuple[torch.Tensor, int] | None = None  # (temperatures loaded, padded batch)
         self.full_width_tables = triton_kernels.available()  # one block bucket: Triton decode attention
-        self._compiled: set[tuple] = set()  # buckets whose kernels ran once (kept across clear(): no warm-up again)
 
     def fits(self, batch: int, meta: AttentionMetadata) -> bool:
         return batch <= self.max_batch and meta.block_tables.shape[1] <= self.max_blocks
@@ -99,14 +98,11 @@ class DecodeGraphs:
             logits_index=rows,
         )
 
-    def _record(self, key: tuple, fn: Callable[[], Any], prepare: Callable[[], None] = lambda: None) -> tuple[Any, Any]:
-        """Captures `fn` in a CUDA graph; returns the graph and what `fn` returned (its static output tensors).
-        The first time a bucket is captured, a warm-up run outside the graph compiles its kernels; a capture again
-        (after the KV cache moved) skips it. `prepare` sets the inputs before each run."""
-        if key not in self._compiled:
-            prepare()
-            fn()
-            self._compiled.add(key)
+    def _record(self, fn: Callable[[], Any], prepare: Callable[[], None] = lambda: None) -> tuple[Any, Any]:
+        """Captures `fn` in a CUDA graph (after a warm-up run outside it, which compiles the kernels); returns the
+        graph and what `fn` returned (its static output tensors). `prepare` sets the inputs before each run."""
+        prepare()
+        fn()
         prepare()
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
@@ -121,7 +117,7 @@ class DecodeGraphs:
         logger.info("capturing a CUDA graph for decode batch %d x %d blocks", batch, num_blocks)
         meta = self._meta(batch, num_blocks)
         ids, positions = self.input_ids[:batch], self.positions[:batch]
-        return self._record(("step", batch, num_blocks), lambda: self.runner.forward(ids, positions, meta))
+        return self._record(lambda: self.runner.forward(ids, positions, meta))
 
     def _pad_inputs(self, batch: int, padded_batch: int, padded_blocks: int) -> None:
         """Rows batch..padded_batch (and block-table columns past each row's blocks) point at the scratch block."""
@@ -224,7 +220,7 @@ class DecodeGraphs:
             self._pad_sampling(0, batch)
             self._loaded_sampling = None
 
-        return self._record(("window", *key), step, neutral)[0]
+        return self._record(step, neutral)[0]
 
     def replay_window(
         self,

@@ -181,7 +181,7 @@ class EagerGraph:
 class EagerDecodeGraphs(DecodeGraphs):
     """DecodeGraphs with eager replays, to test its static buffers, padding and buckets without a GPU."""
 
-    def _record(self, key, fn, prepare=lambda: None):
+    def _record(self, fn, prepare=lambda: None):
         prepare()
         out = fn()
         prepare()
