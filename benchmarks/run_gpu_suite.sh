@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every GPU check and benchmark of the repo in one go, each beside its baseline, with a time limit per step:
+#   bash benchmarks/run_gpu_suite.sh [results-folder]      # default: $OUT, else ./gpu_results
+# Logs land in the folder (one file per step) and the summary lines on stdout. About 8 minutes on one H200.
+# TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
+set -uo pipefail
+results="${1:-${OUT:-gpu_results}}"
+mkdir -p "$results"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)" PYTHONUNBUFFERED=1
+
+step() {  # step NAME SECONDS PATTERN COMMAND...: run, keep the log, print the lines that matter
+    local name=$1 limit=$2 pattern=$3
+    shift 3
+    timeout "$limit" "$@" >"$results/$name.log" 2>&1
+    echo "== $name (exit $?)"
+    grep -E "$pattern" "$results/$name.log" | tail -20
+}
+
+step gpu_tests 180 "passed|failed|FAILED|skipped in" \
+    python3 -m pytest -q -p no:cacheprovider tests/rollout/test_gpu.py tests/models/test_fused_gpu.py \
+    tests/models/test_packing_gpu.py
+step grpo_step 240 "steps 2-4|generated|hyflow |TRL /" python3 benchmarks/grpo_step.py
+step actor_mb8 90 "ms/step|ratio" python3 benchmarks/actor_update.py
+step actor_mb16 90 "ms/step|ratio" python3 benchmarks/actor_update.py --micro-batch-size 16
+step actor_ragged 90 "ms/step|ratio" python3 benchmarks/actor_update.py --ragged
+step rollout 200 "^case|prefill steps" python3 benchmarks/rollout_throughput.py --cases a,b,c --trace
