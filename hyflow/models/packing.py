@@ -53,7 +53,8 @@ class PackedRows:
 
 
 def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
-    """The packing of a (B, T) 0/1 attention mask (any padding side). One host sync, for `max_len`."""
+    """The packing of a (B, T) 0/1 attention mask (any padding side). Syncs with the device twice (`nonzero` and
+    `max_len`), once per micro-batch."""
     mask = attention_mask.bool()
     lengths = mask.sum(dim=1, dtype=torch.int32)
     cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
@@ -91,10 +92,9 @@ def varlen_attention(
     Hq must be a multiple of Hkv (grouped-query attention); scale defaults to 1/√D.
     """
     if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
-        output = torch.ops.aten._flash_attention_forward(
+        return torch.ops.aten._flash_attention_forward(
             query, key, value, cu_seqlens, cu_seqlens, max_len, max_len, 0.0, True, False, scale=scale
         )[0]
-        return output
     return _rowwise_sdpa(query, key, value, cu_seqlens, scale)
 
 
@@ -142,11 +142,10 @@ def use_varlen_attention(model: nn.Module) -> None:
         ) from error
     AttentionInterface.register(ATTENTION_NAME, _transformers_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
-    config = model.config
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(ATTENTION_NAME)
     else:
-        config._attn_implementation = ATTENTION_NAME
+        model.config._attn_implementation = ATTENTION_NAME
 
 
 def forward_packed(

@@ -133,26 +133,25 @@ class BlockManager:
         """After a decode window that computed positions start .. num_computed_tokens-1: hash the blocks it filled,
         so a later request with this prefix finds them (as `append_slot` does for a single step)."""
         for index in range(start // self.block_size, seq.num_computed_tokens // self.block_size):
-            block = self.blocks[seq.block_table[index]]
-            if block.hash != NO_HASH:
-                continue
-            prefix_hash = self.blocks[seq.block_table[index - 1]].hash if index > 0 else NO_HASH
-            if index > 0 and prefix_hash == NO_HASH:
+            if not self._hash_full_block(seq, index):
                 return  # the chain is broken (an unhashed block before): nothing after it can be found
-            tokens = seq.block_tokens(index, self.block_size)
-            self._register(block, chain_hash(prefix_hash, tokens), tokens)
+
+    def _hash_full_block(self, seq: Sequence, index: int) -> bool:
+        """Registers the hash of the sequence's full block `index` when its prefix is hashed; False when it is not
+        (a broken chain: the block cannot be found by prefix)."""
+        block = self.blocks[seq.block_table[index]]
+        if block.hash != NO_HASH:
+            return True
+        prefix_hash = self.blocks[seq.block_table[index - 1]].hash if index > 0 else NO_HASH
+        if index > 0 and prefix_hash == NO_HASH:
+            return False
+        tokens = seq.block_tokens(index, self.block_size)
+        self._register(block, chain_hash(prefix_hash, tokens), tokens)
+        return True
 
     def append_slot(self, seq: Sequence) -> None:
         """Before a decode step: a new block if the token at len-1 starts one; hash the block it fills."""
         if seq.num_tokens > len(seq.block_table) * self.block_size:
             seq.block_table.append(self._take_free_block().block_id)
         if seq.num_tokens % self.block_size == 0:
-            index = seq.num_tokens // self.block_size - 1
-            prefix_hash = self.blocks[seq.block_table[index - 1]].hash if index > 0 else NO_HASH
-            block = self.blocks[seq.block_table[index]]
-            if prefix_hash != NO_HASH or index == 0:
-                self._register(
-                    block,
-                    chain_hash(prefix_hash, seq.block_tokens(index, self.block_size)),
-                    seq.block_tokens(index, self.block_size),
-                )
+            self._hash_full_block(seq, seq.num_tokens // self.block_size - 1)

@@ -1,5 +1,5 @@
 """Test kit for the rollout tests: tiny Hugging Face models of each decoder family, built from config with a
-fixed seed (nothing downloaded), and the `transformers` greedy reference."""
+fixed seed (nothing downloaded), the `transformers` greedy reference, and left-padded prompt batches."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+
+from hyflow import fields as F
+from hyflow.protocol import DataProto
+
+PAD = 0
 
 FAMILIES = {
     "llama": (LlamaConfig, LlamaForCausalLM),
@@ -65,3 +70,13 @@ def hf_greedy(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) ->
         min_new_tokens=max_new_tokens,
     )
     return out[0, len(prompt) :].tolist()
+
+
+def prompt_batch(prompts: list[list[int]], **meta) -> DataProto:
+    """Prompts left-padded with PAD into a DataProto (input_ids, attention_mask, position_ids), as the trainer
+    hands them to the rollout; `meta` becomes its meta_info."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict({F.INPUT_IDS: ids, F.ATTENTION_MASK: mask, F.POSITION_IDS: positions}, meta_info=meta)

@@ -191,3 +191,9 @@ def test_a_batch_with_one_bad_prompt_queues_nothing():
     with pytest.raises(ValueError, match="prompt is empty"):
         engine.generate([PROMPTS[0], []], GREEDY)
     assert not engine.has_unfinished_requests() and not engine.requests
+
+
+def test_the_kv_cache_holds_no_more_blocks_than_max_num_seqs_full_length_sequences_can_fill():
+    config = EngineConfig(block_size=4, max_model_len=30, max_num_seqs=3, kv_cache_bytes=2**30, device="cpu")
+    engine = LLMEngine(make_tiny_hf_model("qwen2"), config)
+    assert engine.block_manager.num_blocks == 3 * 8  # ceil(30 / 4) blocks each; the byte budget allows far more

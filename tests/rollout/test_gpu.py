@@ -113,11 +113,12 @@ def test_multi_step_windows_on_cuda_equal_single_steps(enforce_eager):
         assert engines[8].runner.graphs.window_graphs, "no decode-window CUDA graph was captured"
 
 
-def test_triton_fused_sampler_draws_the_same_tokens_as_the_pytorch_sampler():
+@pytest.mark.parametrize("vocab_size", [5000, 40000], ids=["one-split", "three-splits"])
+def test_triton_fused_sampler_draws_the_same_tokens_as_the_pytorch_sampler(vocab_size):
     from hyflow.rollout.sampler import SamplingTensors, sample, sample_fused
 
     torch.manual_seed(0)
-    logits = (torch.randn(64, 5000) * 3).cuda()
+    logits = (torch.randn(64, vocab_size) * 3).cuda()  # the kernel cuts the vocabulary into 16k splits
     st = SamplingTensors(
         temperatures=torch.rand(64).cuda() + 0.3,
         top_k=torch.full((64,), -1).cuda(),

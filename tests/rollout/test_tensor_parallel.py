@@ -27,7 +27,7 @@ from hyflow.rollout.worker_rollout import EngineRollout
 
 from ..workers.conftest import make_ppo_batch
 from ..workers.distributed import run_ranks
-from .rollout_testkit import hf_greedy, make_tiny_hf_model
+from .rollout_testkit import hf_greedy, make_tiny_hf_model, prompt_batch
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]]
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -41,7 +41,6 @@ CASES = {
     "llama_one_kv_head": ("llama", {"num_key_value_heads": 1, "attention_bias": True, "mlp_bias": True}),
 }
 WORKER_PROMPTS = [[[5, 9, 13, 17, 21, 3], [11, 4, 8]], [[30, 31, 32, 33], [7, 7, 2, 6, 1]]]  # one chunk per rank
-PAD = 0
 
 
 def _engine(hf: torch.nn.Module, tp_size: int, **overrides) -> LLMEngine:
@@ -62,14 +61,6 @@ def _run(engine: LLMEngine) -> dict:
     }
 
 
-def _prompt_batch(prompts: list[list[int]], **meta) -> DataProto:
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return DataProto.from_dict({F.INPUT_IDS: ids, F.ATTENTION_MASK: mask, F.POSITION_IDS: positions}, meta_info=meta)
-
-
 def _rollout_config(tp_size: int) -> RolloutConfig:
     return RolloutConfig(
         prompt_length=8,
@@ -83,7 +74,7 @@ def _rollout_config(tp_size: int) -> RolloutConfig:
 
 
 def _worker_rows(rollout: EngineRollout, rank: int) -> dict:
-    out = rollout.generate_sequences(_prompt_batch(WORKER_PROMPTS[rank], seed=7)).batch
+    out = rollout.generate_sequences(prompt_batch(WORKER_PROMPTS[rank], seed=7)).batch
     return {"responses": out[F.RESPONSES], "log_probs": out[F.ROLLOUT_LOG_PROBS], "mask": out[F.RESPONSE_MASK]}
 
 
@@ -231,7 +222,7 @@ def _hybrid_worker_rank_runs(rank: int, path: str, data: DataProto) -> tuple[tor
     worker = ActorRolloutRefWorker(config, actor=True, rollout=True)
     worker.init_model()
     worker.update_actor(data.chunk(2)[rank])
-    out = worker.generate_sequences(_prompt_batch(WORKER_PROMPTS[rank], do_sample=False))
+    out = worker.generate_sequences(prompt_batch(WORKER_PROMPTS[rank], do_sample=False))
     return out.batch[F.RESPONSES], {name: tensor.clone() for name, tensor in worker.actor_weights()}
 
 

@@ -10,22 +10,12 @@ import torch
 
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import RolloutConfig
-from hyflow.protocol import DataProto
 from hyflow.rollout.hf_rollout import HFRollout
 from hyflow.rollout.worker_rollout import EngineRollout, build_rollout
 
-from .rollout_testkit import hf_greedy, make_tiny_hf_model
+from .rollout_testkit import PAD, hf_greedy, make_tiny_hf_model, prompt_batch
 
 PROMPTS = [[5, 9, 13, 17, 21, 3], [11, 4, 8], [30, 31, 32, 33]]
-PAD = 0
-
-
-def _prompt_batch(prompts: list[list[int]], **meta) -> DataProto:
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return DataProto.from_dict({F.INPUT_IDS: ids, F.ATTENTION_MASK: mask, F.POSITION_IDS: positions}, meta_info=meta)
 
 
 def _config(**overrides) -> RolloutConfig:
@@ -38,7 +28,7 @@ def test_generate_sequences_returns_the_actor_layout_with_greedy_responses():
     hf = make_tiny_hf_model("qwen2")
     rollout = build_rollout(_config(), hf, tokenizer=None)
     assert isinstance(rollout, EngineRollout)
-    out = rollout.generate_sequences(_prompt_batch(PROMPTS, do_sample=False))
+    out = rollout.generate_sequences(prompt_batch(PROMPTS, do_sample=False))
     batch = out.batch
     assert batch[F.PROMPTS].shape == (3, 6) and batch[F.RESPONSES].shape == (3, 6)
     assert batch[F.INPUT_IDS].shape == batch[F.ATTENTION_MASK].shape == batch[F.POSITION_IDS].shape == (3, 12)
@@ -52,7 +42,7 @@ def test_generate_sequences_returns_the_actor_layout_with_greedy_responses():
 def test_rollout_log_probs_equal_the_actor_forward_on_the_returned_layout():
     hf = make_tiny_hf_model("llama")
     rollout = build_rollout(_config(temperature=1.0, do_sample=True, ignore_eos=False), hf, tokenizer=None)
-    out = rollout.generate_sequences(_prompt_batch(PROMPTS)).batch
+    out = rollout.generate_sequences(prompt_batch(PROMPTS)).batch
     with torch.no_grad():
         logits = hf(
             input_ids=out[F.INPUT_IDS], attention_mask=out[F.ATTENTION_MASK], position_ids=out[F.POSITION_IDS]
@@ -67,7 +57,7 @@ def test_rollout_log_probs_equal_the_actor_forward_on_the_returned_layout():
 
 def test_rollout_name_hf_gives_the_same_greedy_responses_as_the_engine():
     hf = make_tiny_hf_model("qwen3")
-    batch = _prompt_batch(PROMPTS, do_sample=False)
+    batch = prompt_batch(PROMPTS, do_sample=False)
     engine_out = build_rollout(_config(), hf, tokenizer=None).generate_sequences(batch)
     hf_rollout = build_rollout(_config(name="hf"), hf, tokenizer=None)
     assert isinstance(hf_rollout, HFRollout)
@@ -91,7 +81,7 @@ def test_load_weights_accepts_wrapped_names_and_rejects_unmerged_lora():
     old, new = make_tiny_hf_model("llama", seed=0), make_tiny_hf_model("llama", seed=1)
     rollout = build_rollout(_config(), old, tokenizer=None)
     rollout.load_weights((f"base_model.model.{name}", t) for name, t in new.state_dict().items())
-    out = rollout.generate_sequences(_prompt_batch(PROMPTS[:1], do_sample=False))
+    out = rollout.generate_sequences(prompt_batch(PROMPTS[:1], do_sample=False))
     assert out.batch[F.RESPONSES][0].tolist() == hf_greedy(new, PROMPTS[0], 6)
     with pytest.raises(ValueError, match="unmerged LoRA"):
         rollout.load_weights([("model.layers.0.self_attn.q_proj.lora_A.default.weight", torch.zeros(1))])

@@ -12,7 +12,13 @@ from hyflow.models.loader import load_causal_lm
 from hyflow.models.policy import PolicyModel
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.checkpoint import CheckpointManager
-from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, iter_full_state
+from hyflow.workers.fsdp import (
+    apply_fsdp2,
+    build_device_mesh,
+    full_tensor,
+    iter_full_state,
+    set_gradient_accumulation,
+)
 from hyflow.workers.optim import build_optimizer
 
 from .conftest import make_ppo_batch
@@ -100,15 +106,33 @@ def test_two_rank_sharded_checkpoint_resumes_to_the_same_next_step(two_rank_resu
             assert torch.equal(resumed_params[name], value), name
 
 
+def one_rank_update_and_accumulation_flags(rank: int, path: str, data):
+    """The update on one FSDP2 rank, FSDP's (reduce, reshard-after-backward) flags of the root before a middle and
+    before the last micro-batch's backward, and whether the weight sync's `full_tensor` shares the local storage."""
+    result = log_probs_and_update(rank, path, data, 1)
+    module = make_actor(path, ROWS).module
+    flags = []
+    for is_last in (False, True):
+        set_gradient_accumulation(module, is_last_micro_batch=is_last)
+        flags.append([(g.reduce_grads, g.reshard_after_backward) for g in module._get_fsdp_state()._fsdp_param_groups])
+    param = next(module.parameters())
+    return result, flags, full_tensor(param).data_ptr() == param.to_local().data_ptr()
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(300)
 def test_one_rank_fsdp_accumulates_micro_batches_without_resharding_to_the_same_update(tiny_model_path):
     """On one rank, gradients are reduced and parameters resharded after the last micro-batch only."""
     data = make_ppo_batch(batch_size=ROWS, seed=11)
     single_log_probs, single_metrics, single_params = log_probs_and_update(0, tiny_model_path, data, 1)
-    [(log_probs, metrics, params)] = run_ranks(log_probs_and_update, 1, tiny_model_path, data, 1)
+    [(result, flags, shares_storage)] = run_ranks(one_rank_update_and_accumulation_flags, 1, tiny_model_path, data)
+    log_probs, metrics, params = result
     torch.testing.assert_close(log_probs, single_log_probs, rtol=1e-5, atol=1e-5)
     for name in ("actor/pg_loss", "actor/grad_norm"):
         assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-4, abs=1e-6), name
     for name, value in params.items():
         torch.testing.assert_close(value, single_params[name], rtol=1e-4, atol=1e-4, msg=name)
+    middle, last = flags
+    assert middle and all(flag == (False, False) for flag in middle)  # no reduce, parameters stay gathered
+    assert all(flag == (True, True) for flag in last)
+    assert shares_storage  # one rank: the weight sync reads the local shard, no collective, no copy
