@@ -2,6 +2,7 @@
 
     python benchmarks/actor_update.py             # Qwen2-0.5B-shaped model, random weights, CUDA, response 1024
     python benchmarks/actor_update.py --tiny      # a tiny model on CPU: a smoke test that runs anywhere
+    torchrun --nproc-per-node 2 benchmarks/actor_update.py   # hyflow data-parallel over 2 GPUs (NCCL)
 
 Both sides run the same PPO step (vanilla clipped policy loss, token-mean over the mini-batch, micro-batch
 gradient accumulation, grad-norm clipping, AdamW) on the same batch, from the same fp32 master weights:
@@ -15,6 +16,10 @@ gradient accumulation, grad-norm clipping, AdamW) on the same batch, from the sa
 Printed: tokens/s (prompt + response tokens per second of update), the ratio, and MFU against 790 TFLOP/s (the
 H200's measured dense bf16 peak), with FLOPs from `hyflow.trainer.flops.estimate_flops` (6·N per token plus
 attention) for both sides. On CPU the MFU line is skipped.
+
+Under torchrun with N > 1 processes only hyflow runs (the plain loop has no data parallelism): each rank updates
+its own `--batch-size` rows (a global batch N times as large) with FSDP2 sharding over NCCL, and rank 0 prints the
+tokens/s per GPU — the number to set beside the one-GPU run's to read the scaling.
 """
 
 from __future__ import annotations
@@ -81,10 +86,10 @@ def model_config(tiny: bool) -> Qwen2Config:
     )  # fmt: skip
 
 
-def make_batch(args: argparse.Namespace, vocab_size: int) -> DataProto:
-    """Random tokens, advantages and old log-probs; full-length rows, or with `--ragged` left-padded prompts of
-    P/2..P tokens and right-padded responses of 1..R tokens (uniform), as RL batches are."""
-    g = torch.Generator().manual_seed(0)
+def make_batch(args: argparse.Namespace, vocab_size: int, rank: int = 0) -> DataProto:
+    """Random tokens, advantages and old log-probs (drawn per rank); full-length rows, or with `--ragged`
+    left-padded prompts of P/2..P tokens and right-padded responses of 1..R tokens (uniform), as RL batches are."""
+    g = torch.Generator().manual_seed(rank)
     rows, prompt_length, response_length = args.batch_size, args.prompt_length, args.response_length
     input_ids = torch.randint(0, vocab_size, (rows, prompt_length + response_length), generator=g)
     if args.ragged:
@@ -109,18 +114,27 @@ def make_batch(args: argparse.Namespace, vocab_size: int) -> DataProto:
     )
 
 
-def init_single_rank_process_group() -> None:
-    """FSDP2 needs a process group; a world of one on this machine."""
+def init_process_group() -> int:
+    """FSDP2 needs a process group: torchrun's (rank r on GPU r), else a world of one on this machine; returns the
+    world size."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        return dist.get_world_size()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=0, world_size=1)
+    return 1
 
 
 def synchronize() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+    if dist.get_world_size() > 1:
+        dist.barrier()  # a data-parallel step ends when the slowest rank ends
 
 
 def timed(step, args: argparse.Namespace) -> float:
@@ -142,6 +156,8 @@ def print_profile(step, name: str) -> None:
     with profile(activities=activities) as prof:
         step()
         synchronize()
+    if dist.get_rank() != 0:
+        return
     sort_by = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
     print(f"--- {name}: top ops of one step ---")
     print(prof.key_averages().table(sort_by=sort_by, row_limit=25, max_name_column_width=60))
@@ -198,19 +214,24 @@ def plain_step_fn(args, lm, data):
 
 def main() -> None:
     args = parse_args()
+    world_size = init_process_group()
+    if world_size > 1:
+        args.only = "hyflow"
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
-    init_single_rank_process_group()
     config = model_config(args.tiny)
     torch.manual_seed(0)
     with torch.device(device):
         base = AutoModelForCausalLM.from_config(config)  # fp32 master weights
-    data = make_batch(args, config.vocab_size)
+    data = make_batch(args, config.vocab_size, dist.get_rank())
     seq_lens = data.batch[F.ATTENTION_MASK].sum(-1).tolist()  # real (non-padding) tokens: the useful work
     tokens = sum(seq_lens)
     flops = estimate_flops(config, seq_lens, training=True)
     params = sum(p.numel() for p in base.parameters()) / 1e6
     padded = data.batch[F.INPUT_IDS].numel()
-    print(f"model: {params:.1f}M params on {device}; {tokens} real tokens/step ({padded} with padding)")
+    log = print if dist.get_rank() == 0 else (lambda *a, **k: None)
+    log(f"model: {params:.1f}M params on {device}; {tokens} real tokens/step per rank ({padded} with padding)")
+    if world_size > 1:
+        log(f"data-parallel over {world_size} ranks: tokens/s and MFU below are per GPU")
     results = {}
     for name, build in (("plain", plain_step_fn), ("hyflow", hyflow_step_fn)):
         if args.only not in (None, name):
@@ -226,10 +247,10 @@ def main() -> None:
         results[name] = seconds
         memory = f", peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else ""
         mfu = f", MFU {flops / seconds / H200_PEAK_FLOPS:.1%}" if device.type == "cuda" else ""
-        print(f"{name:>6}: {seconds * 1000:8.1f} ms/step, {tokens / seconds:10.0f} tokens/s{mfu}{memory}")
+        log(f"{name:>6}: {seconds * 1000:8.1f} ms/step, {tokens / seconds:10.0f} tokens/s{mfu}{memory}")
         del lm
     if len(results) == 2:
-        print(f"ratio hyflow / plain: {results['plain'] / results['hyflow']:.2f}x")
+        log(f"ratio hyflow / plain: {results['plain'] / results['hyflow']:.2f}x")
     dist.destroy_process_group()
 
 

@@ -3,6 +3,7 @@
     python benchmarks/grpo_step.py                # CUDA: Qwen2-0.5B shape, 8 prompts x 8 samples, 64 -> 256 tokens
     python benchmarks/grpo_step.py --tiny         # CPU: a tiny model and small shapes (a smoke test, ~15 s)
     python benchmarks/grpo_step.py --only hyflow  # one side only (also: --only trl)
+    python benchmarks/grpo_step.py --backend ray --gpus 2   # hyflow alone on 2 Ray workers, one per GPU
 
 Both sides train the same random-weight model (saved once to a temp folder with a WordLevel tokenizer over the
 whole vocabulary, so random token ids decode to text) on the same random prompts:
@@ -14,14 +15,19 @@ whole vocabulary, so random token ids decode to text) on the same random prompts
 - the same reward, `compute_score` below: the length of the decoded response in characters / 1000.
 
 Where the sides differ by design: hyflow keeps fp32 master weights and computes in bf16 (FSDP2 mixed precision),
-TRL trains the bf16 model as loaded (as the measured TRL baseline did); hyflow recomputes the old
-log-probs with a forward pass (`old_log_prob` stage), which TRL skips when each batch gets one optimizer step;
-both run the 64 sequences as one micro-batch (hyflow: `--micro-batch-size`, default 64).
+TRL trains the bf16 model as loaded (as the measured TRL baseline did). Neither side runs a forward pass for the
+old log-probs: with one optimizer step per batch both take them from the update's own forward (hyflow:
+`actor.recompute_old_log_prob=auto`, so its stage table has no `old_log_prob`); both run the 64 sequences as one
+micro-batch (hyflow: `--micro-batch-size`, default 64).
 
 hyflow runs `PPOTrainer.fit()` for `--steps` steps and reads each step's `timing_s/*` metrics from its `file`
 logger (the checkpoint it writes after the last step holds no model or optimizer state here, and its time is
 taken out of that step). TRL's step times come from a callback around each optimizer step. TRL is skipped with a
 message when it is not installed (`pip install trl==1.16.0`).
+
+With `--backend ray --gpus N` hyflow alone runs the same step on N Ray workers (one process per GPU, actor, rollout
+engine and reference colocated in each, FSDP2 over NCCL, the prompts split over the workers); its JSON goes to
+`$OUT/grpo_step_ray_<N>gpu.json`. Set beside a one-GPU run of the same shape to read the scaling.
 
 Printed: a table of step 1 (warm-up) and the mean of steps 2..N for both sides, hyflow's stages, the ratio
 TRL / hyflow, and one JSON line with all of it; the JSON is also written to `$OUT/grpo_step.json` when `$OUT` is set.
@@ -79,7 +85,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--micro-batch-size", type=int, default=64, help="hyflow's update micro-batch (sequences)")
     parser.add_argument("--log-prob-micro-batch-size", type=int, default=64, help="hyflow's old-log-prob micro-batch")
+    parser.add_argument(
+        "--keep-kv-cache", action="store_true", help="rollout.free_cache_engine=False (the KV cache stays allocated)"
+    )
+    parser.add_argument("--backend", choices=["local", "ray"], default="local", help="hyflow's trainer.backend")
+    parser.add_argument("--gpus", type=int, default=1, help="hyflow's workers (trainer.n_gpus_per_node), Ray only")
     args = parser.parse_args()
+    if args.backend == "local" and args.gpus != 1:
+        parser.error(f"--gpus={args.gpus} needs --backend ray (the local backend runs one process)")
+    if args.backend == "ray":
+        args.only = "hyflow"  # TRL's side is one process; compare it with a one-GPU run
     if args.tiny:
         args.prompts, args.n, args.prompt_length, args.response_length = 4, 4, 16, 32
         args.micro_batch_size, args.log_prob_micro_batch_size = 8, 16
@@ -177,6 +192,7 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.checkpoint.save_contents=[]",
         f"actor_rollout_ref.rollout.n={args.n}",
+        f"actor_rollout_ref.rollout.free_cache_engine={not args.keep_kv_cache}",
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.rollout.ignore_eos=True",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.log_prob_micro_batch_size}",
@@ -184,7 +200,9 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "algorithm.use_kl_in_reward=False",
         f"custom_reward_function.path={Path(__file__).resolve()}",
         "custom_reward_function.name=compute_score",
-        "trainer.backend=local",
+        f"trainer.backend={args.backend}",
+        f"trainer.n_gpus_per_node={args.gpus}",
+        f"trainer.ray_init.num_cpus={max(4, 2 * args.gpus)}",
         f"trainer.device={'cpu' if args.tiny else 'auto'}",
         f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=False",
@@ -230,7 +248,8 @@ def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> 
         timing = {key.removeprefix("timing_s/"): value for key, value in metrics.items() if key.startswith("timing_s/")}
         timing["step"] -= timing.pop("save_checkpoint", 0.0)  # the end-of-run checkpoint is not part of a step
         stages.append(timing)
-    return {"step_s": [timing["step"] for timing in stages], "stages_s": stages}
+    captures = [metrics.get("rollout/cuda_graph_captures", 0) for metrics in logged]
+    return {"step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures}
 
 
 def trl_missing() -> str | None:
@@ -325,7 +344,8 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
     """Run one side and summarize it: step 1 apart (warm-up: compilation, CUDA graphs, allocator), the mean of
     steps 2..N, generated tokens/s; for hyflow each stage's mean over steps 2..N in pipeline order and `other` (the
     step minus its stages); on CUDA the side's peak memory and what stayed allocated once it was freed."""
-    if torch.cuda.is_available():
+    on_this_gpu = torch.cuda.is_available() and args.backend == "local"  # Ray workers' memory is theirs
+    if on_this_gpu:
         torch.cuda.reset_peak_memory_stats()
     side = run(args, assets, root)
     free_memory()
@@ -339,8 +359,8 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
         names = sorted(names, key=lambda name: (STAGE_ORDER.index(name) if name in STAGE_ORDER else 99, name))
         stages = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
         stages["other"] = mean - sum(seconds for name, seconds in stages.items() if "/" not in name)  # gen/*: parts
-        summary.update(stages_mean_s=stages, stages_s=side["stages_s"])
-    if torch.cuda.is_available():
+        summary.update(stages_mean_s=stages, stages_s=side["stages_s"], graph_captures=side["graph_captures"])
+    if on_this_gpu:
         summary["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
         summary["memory_left_gib"] = torch.cuda.memory_allocated() / 2**30
     return summary
@@ -350,7 +370,8 @@ def print_table(result: dict[str, Any]) -> None:
     """Step times, generated tokens/s and peak memory of both sides, hyflow's stages, and the ratio."""
     hyflow, trl = result.get("hyflow"), result.get("trl")
     shape = result["shape"]
-    print(f"\nGRPO step on {result['device']}: {shape['num_params'] / 1e6:.1f}M params, {shape['prompts']} prompts x "
+    where = f"{result['gpus']} x {result['device']} ({result['backend']} backend)"
+    print(f"\nGRPO step on {where}: {shape['num_params'] / 1e6:.1f}M params, {shape['prompts']} prompts x "
           f"{shape['n']} samples, {shape['prompt_length']} -> {shape['response_length']} tokens")  # fmt: skip
     print(f"{'':<28}{'hyflow':>12}{'TRL':>12}")
 
@@ -366,6 +387,8 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{'peak memory':<28}{cell(hyflow, 'peak_memory_gib', 'G', 1)}{cell(trl, 'peak_memory_gib', 'G', 1)}")
     for name, seconds in (hyflow or {}).get("stages_mean_s", {}).items():
         print(f"{'  hyflow ' + name:<28}{seconds:>11.3f}s")
+    if hyflow and "graph_captures" in hyflow:
+        print(f"{'  hyflow graphs captured':<28}{hyflow['graph_captures']} (per step)")
     if "ratio_trl_over_hyflow" in result:
         print(f"TRL / hyflow (steps 2-{shape['steps']} mean): {result['ratio_trl_over_hyflow']:.2f}x")
     for key in ("trl_skipped", "trl_error"):
@@ -380,7 +403,8 @@ def write_result(result: dict[str, Any], echo: bool = True) -> None:
     if echo:
         print(line, flush=True)
     if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "grpo_step.json").write_text(line + "\n")
+        name = "grpo_step.json" if result["backend"] == "local" else f"grpo_step_ray_{result['gpus']}gpu.json"
+        Path(os.environ["OUT"], name).write_text(line + "\n")
 
 
 def run_trl_side(args: argparse.Namespace, assets: dict[str, Any], root: Path, result: dict[str, Any]) -> None:
@@ -407,6 +431,7 @@ def main() -> None:
     args = parse_args()
     device = "cpu" if args.tiny or not torch.cuda.is_available() else torch.cuda.get_device_name()
     result: dict[str, Any] = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__}
+    result.update(backend=args.backend, gpus=args.gpus)
     with tempfile.TemporaryDirectory(prefix="hyflow_grpo_step_") as tmp:
         root = Path(tmp)
         assets = build_assets(root, args)

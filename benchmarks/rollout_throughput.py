@@ -233,6 +233,7 @@ def main() -> None:
         if is_main_rank():
             print(line, flush=True)
     if dist.is_initialized():
+        engine.close()  # its CUDA graphs hold NCCL collectives: destroying the group first would hang
         dist.destroy_process_group()
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark of the repo in one go, each beside its baseline, with a time limit per step:
-#   bash benchmarks/run_gpu_suite.sh [results-folder]      # default: $OUT, else ./gpu_results
+#   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
+# Parts (comma-separated): tests, grpo, actor, rollout.
 # Logs land in the folder (one file per step) and the summary lines on stdout. About 8 minutes on one H200.
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
 set -uo pipefail
 results="${1:-${OUT:-gpu_results}}"
+parts=",${2:-tests,grpo,actor,rollout},"
 mkdir -p "$results"
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)" PYTHONUNBUFFERED=1
 
@@ -16,11 +18,20 @@ step() {  # step NAME SECONDS PATTERN COMMAND...: run, keep the log, print the l
     grep -E "$pattern" "$results/$name.log" | tail -20
 }
 
-step gpu_tests 180 "passed|failed|FAILED|skipped in" \
-    python3 -m pytest -q -p no:cacheprovider tests/rollout/test_gpu.py tests/models/test_fused_gpu.py \
-    tests/models/test_packing_gpu.py
-step grpo_step 240 "steps 2-4|generated|hyflow |TRL /" python3 benchmarks/grpo_step.py
-step actor_mb8 90 "ms/step|ratio" python3 benchmarks/actor_update.py
-step actor_mb16 90 "ms/step|ratio" python3 benchmarks/actor_update.py --micro-batch-size 16
-step actor_ragged 90 "ms/step|ratio" python3 benchmarks/actor_update.py --ragged
-step rollout 200 "^case|prefill steps" python3 benchmarks/rollout_throughput.py --cases a,b,c --trace
+if [[ $parts == *,tests,* ]]; then
+    step gpu_tests 180 "passed|failed|FAILED|skipped in" \
+        python3 -m pytest -q -p no:cacheprovider tests/rollout/test_gpu.py tests/models/test_fused_gpu.py \
+        tests/models/test_packing_gpu.py
+fi
+if [[ $parts == *,grpo,* ]]; then
+    step grpo_step 240 "steps 2-4|generated|hyflow |TRL /" python3 benchmarks/grpo_step.py
+    step grpo_keep_kv 100 "steps 2-4|hyflow " python3 benchmarks/grpo_step.py --only hyflow --keep-kv-cache
+fi
+if [[ $parts == *,actor,* ]]; then
+    step actor_mb8 90 "ms/step|ratio" python3 benchmarks/actor_update.py
+    step actor_mb16 90 "ms/step|ratio" python3 benchmarks/actor_update.py --micro-batch-size 16
+    step actor_ragged 90 "ms/step|ratio" python3 benchmarks/actor_update.py --ragged
+fi
+if [[ $parts == *,rollout,* ]]; then
+    step rollout 200 "^case|prefill steps" python3 benchmarks/rollout_throughput.py --cases a,b,c --trace
+fi

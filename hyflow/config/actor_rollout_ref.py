@@ -46,6 +46,10 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
     shuffle: bool = False
+    # whether to run the old-log-prob pass before the update: auto skips it when each batch gets exactly one
+    # optimizer step and nothing else reads old_log_probs (the update takes them from its own forward); true always
+    # runs it; false always skips it (rejected where something needs old_log_probs)
+    recompute_old_log_prob: Literal["auto"] | bool = "auto"
     grad_clip: float = 1.0
     clip_ratio: float = 0.2
     clip_ratio_low: float | None = derived()

@@ -1,4 +1,5 @@
-"""The root config of `python -m hyflow.trainer.main_ppo` (Hydra config name `ppo_trainer`)."""
+"""The root config of `python -m hyflow.trainer.main_ppo` (Hydra config name `ppo_trainer`), and the facts the
+trainer derives from several sections at once (`use_critic`, `use_reference_policy`, `recompute_old_log_prob`)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,47 @@ class PPOTrainerConfig:
     def use_reference_policy(self) -> bool:
         """Whether a reference policy is needed: for a KL loss or KL in the reward."""
         return self.actor_rollout_ref.actor.use_kl_loss or self.algorithm.use_kl_in_reward
+
+    def old_log_prob_pass_reasons(self) -> list[str]:
+        """What needs `old_log_probs` from a pass of their own before the actor update, one phrase each naming its
+        key; empty when the update can take them from its own forward.
+
+        That holds when each batch gets exactly one optimizer step (`ppo_epochs == 1` and one mini-batch,
+        `ppo_mini_batch_size == data.train_batch_size`, both in prompts): the weights of that step's forward are the
+        weights that generated the batch and would have re-scored it, so old_log_probs == log_probs and the PPO ratio
+        is 1. Nothing else may read them before the update: KL in the reward does (`apply_kl_penalty`), and so does
+        a policy loss that names `old_log_probs` among its extra batch keys. Not reasons: a KL loss (it reads
+        log_prob and ref_log_prob), critic warm-up steps (no actor update, so nothing reads them), and
+        `rollout.calculate_log_probs` (a loss comparing rollout_log_probs with old_log_prob gets the same values;
+        only the pass's `training/rollout_probs_diff_*` diagnostic is not reported).
+        """
+        actor, train = self.actor_rollout_ref.actor, self.data.train_batch_size
+        reasons = []
+        if actor.ppo_epochs != 1:
+            reasons.append(
+                f"actor_rollout_ref.actor.ppo_epochs={actor.ppo_epochs} (the passes after the first one need the "
+                "log-probs from before the first optimizer step)"
+            )
+        if actor.ppo_mini_batch_size < train:
+            reasons.append(
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} is below "
+                f"data.train_batch_size={train} (the mini-batches after the first one need the log-probs from "
+                "before the first optimizer step)"
+            )
+        if self.algorithm.use_kl_in_reward:
+            reasons.append("algorithm.use_kl_in_reward=True (the KL penalty in the reward reads old_log_probs)")
+        if "old_log_probs" in actor.policy_loss.extra_batch_keys:
+            reasons.append(
+                "actor_rollout_ref.actor.policy_loss.extra_batch_keys names 'old_log_probs' (the loss reads the "
+                "batch field)"
+            )
+        return reasons
+
+    @property
+    def recompute_old_log_prob(self) -> bool:
+        """Whether the trainer runs the old-log-prob pass: `actor.recompute_old_log_prob` when it is a bool, and
+        with `"auto"` exactly when something needs it (`old_log_prob_pass_reasons`)."""
+        setting = self.actor_rollout_ref.actor.recompute_old_log_prob
+        if isinstance(setting, bool):
+            return setting
+        return bool(self.old_log_prob_pass_reasons())

@@ -7,6 +7,9 @@ and returns every broken rule as one message each. The rules, with the reason fo
   `ppo_mini_batch_size * rollout.n` and over the data-parallel size `nnodes * n_gpus_per_node`; each device's
   share of a mini-batch splits into whole micro-batches (unless `use_dynamic_bsz`); the token budget fits one
   sample.
+- the old-log-prob pass: `actor.recompute_old_log_prob=False` only when each batch gets exactly one optimizer step
+  and nothing else reads `old_log_probs` (`PPOTrainerConfig.old_log_prob_pass_reasons`); otherwise the update would
+  compute its PPO ratio against the wrong policy.
 - algorithm: group estimators (GRPO, RLOO, ...) compare the `rollout.n` samples of a prompt, so need n > 1; `gae`
   needs a critic; the estimator and policy loss are registered names; KL as a loss and in the reward at once
   is allowed with a warning (verl does the same; it is usually a mistake).
@@ -268,6 +271,14 @@ def _check_algorithm(config: PPOTrainerConfig) -> list[str]:
         problems.append(
             f"algorithm.adv_estimator='gae' needs a critic (value model), but critic.enable={config.critic.enable}. "
             f"Fix: set critic.enable=True (or leave it unset), or pick a critic-free estimator such as grpo."
+        )
+    if config.actor_rollout_ref.actor.recompute_old_log_prob is False and config.old_log_prob_pass_reasons():
+        problems.append(
+            f"{_ACTOR}.recompute_old_log_prob=False skips the old-log-prob pass, but the update is not exactly "
+            f"on-policy or something reads old_log_probs before it: {'; '.join(config.old_log_prob_pass_reasons())}. "
+            f"Fix: set {_ACTOR}.recompute_old_log_prob=auto (skips the pass only when that is safe) or True, or "
+            f"make each batch one optimizer step (ppo_epochs=1, ppo_mini_batch_size=data.train_batch_size) with "
+            f"nothing else reading old_log_probs."
         )
     if algorithm.filter_groups.enable and not algorithm.filter_groups.metric:
         problems.append(

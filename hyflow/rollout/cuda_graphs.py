@@ -47,6 +47,7 @@ class DecodeGraphs:
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.window_graphs: dict[tuple[int, int, bool, bool], torch.cuda.CUDAGraph] = {}
         self.pool = None
+        self.num_captures = 0  # graphs captured so far (a diagnostic: recaptures cost time)
         device, long, batch = runner.device, torch.long, self.max_batch
         self.input_ids = torch.zeros(batch, dtype=long, device=device)
         self.positions = torch.zeros(batch, dtype=long, device=device)
@@ -111,6 +112,7 @@ class DecodeGraphs:
         if self.pool is None:
             self.pool = graph.pool()
         torch.cuda.synchronize()
+        self.num_captures += 1
         return graph, out
 
     def _capture(self, batch: int, num_blocks: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:

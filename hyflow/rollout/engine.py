@@ -18,6 +18,7 @@ so the schedulers agree step by step (SPMD) and every rank returns the same outp
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 from collections.abc import Iterable
@@ -264,3 +265,12 @@ class LLMEngine:
 
     def wake(self) -> None:
         self.runner.wake()
+
+    def close(self) -> None:
+        """Frees the KV cache and drops the CUDA graphs. Under tensor parallelism call it before
+        `torch.distributed.destroy_process_group()`: while a graph that captured NCCL collectives is alive, the
+        communicator's destruction hangs (pytorch/pytorch#115388)."""
+        self.sleep()
+        if self.runner.graphs is not None:
+            self.runner.graphs.clear()
+        gc.collect()  # the graphs' Python objects, so that their CUDA graphs are destroyed now

@@ -102,3 +102,8 @@ class HFRollout:
 
     def wake(self) -> None:
         """Nothing to restore (see sleep)."""
+
+    @property
+    def cuda_graph_captures(self) -> int:
+        """CUDA graphs captured so far: none (`generate` runs eagerly)."""
+        return 0

@@ -77,6 +77,11 @@ class KVCache:
 
     def allocate(self) -> None:
         if self.data is None:
+            if self.device.type == "cuda":
+                # Hand training's cached (free) segments back first, so that the cache is a fresh allocation of
+                # the same size after the same history every step: it then tends to land where it was, and the
+                # CUDA graphs, which hold its address, are kept instead of captured again.
+                torch.cuda.empty_cache()
             self.data = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
             self.layers = [(self.data[0, i], self.data[1, i]) for i in range(self.shape[1])]
 

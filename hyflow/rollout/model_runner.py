@@ -204,12 +204,16 @@ class ModelRunner:
 
     def sleep(self) -> None:
         """Frees the KV cache; the CUDA graphs (and their memory pool) are kept for `wake`."""
-        self._cache_address = self.kv_cache.data.data_ptr() if self.kv_cache.allocated else None
+        if self.kv_cache.allocated:  # asleep already: the address of the last cache stays the one to compare
+            self._cache_address = self.kv_cache.data.data_ptr()
         self.kv_cache.free()
 
     def wake(self) -> None:
         """Allocates the KV cache again. The graphs hold its address: they are replayed as they are when the cache
-        comes back at the same address (usual when nothing else took its place) and captured anew otherwise."""
+        comes back at the same address (usual when nothing else took its place) and captured anew otherwise.
+        Awake already (`rollout.free_cache_engine=False`): nothing to do."""
+        if self.kv_cache.allocated:
+            return
         self.kv_cache.allocate()
         if self.graphs is not None and self.kv_cache.data.data_ptr() != self._cache_address:
             self.graphs.clear()

@@ -154,6 +154,12 @@ class EngineRollout:
     def wake(self) -> None:
         self.engine.wake()
 
+    @property
+    def cuda_graph_captures(self) -> int:
+        """CUDA graphs the engine captured so far (0 on CPU or with enforce_eager)."""
+        graphs = self.engine.runner.graphs
+        return 0 if graphs is None else graphs.num_captures
+
 
 def _load_hf_model(source: str | nn.Module, dtype: str) -> nn.Module:
     if isinstance(source, nn.Module):

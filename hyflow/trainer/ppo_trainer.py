@@ -8,6 +8,10 @@ One step (`train_step`), each stage timed (`timing_s/<stage>`):
     prompts ─ uid per prompt, repeat rollout.n ─ gen (engine or agent loop) ─ reward ─ old_log_prob ─ ref
       ─ values ─ KL in reward (or scores as rewards) ─ adv ─ update_critic ─ update_actor ─ metrics
 
+The old_log_prob stage is skipped when the update is exactly on-policy (one optimizer step per batch and nothing
+else reading the old log-probs, `PPOTrainerConfig.recompute_old_log_prob`): the update then takes them from its
+own forward, and `timing_s/old_log_prob` is absent from the step's metrics.
+
 then validation every `trainer.test_freq` steps and a checkpoint every `trainer.save_freq` steps (and at the
 end). ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
 generates and scores more batches until enough groups with varying rewards are found (`_training_batches`).
@@ -108,6 +112,9 @@ class PPOTrainer:
         self.global_step = 0
         self._hf_config: Any = None
         self._rollout_metrics: dict[str, float] = {}
+        self.recompute_old_log_prob = config.recompute_old_log_prob
+        if not self.recompute_old_log_prob:
+            logger.info(stages.skipped_old_log_prob_message(config))
 
     # ---- set-up -----------------------------------------------------------------------------------------
     def _dataset(self, files: Any, split: str) -> RLHFDataset:
@@ -249,8 +256,10 @@ class PPOTrainer:
             batch, _, balance_metrics = balance_batch(batch, self.workers.world_size)
             metrics.update(balance_metrics)
         reward_future = self._start_reward(batch, timing)
-        with timer("old_log_prob", timing):
-            batch = self._old_log_probs(batch, metrics)
+        if self.recompute_old_log_prob:  # else the actor update takes them from its own forward (on-policy)
+            with timer("old_log_prob", timing):
+                batch = self._old_log_probs(batch, metrics)
+        batch = stages.drop_rollout_log_probs(batch, keep=config.actor_rollout_ref.rollout.calculate_log_probs)
         if config.use_reference_policy:
             with timer("ref", timing):
                 batch = batch.union(self.workers.actor_rollout.compute_ref_log_prob(batch))
@@ -303,9 +312,6 @@ class PPOTrainer:
         batch = batch.union(output.select(batch_keys=[F.OLD_LOG_PROBS]))
         loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
         metrics.update(stages.old_log_prob_metrics(batch, entropys, loss_agg_mode))
-        has_rollout_log_probs = F.ROLLOUT_LOG_PROBS in batch.batch.keys()  # noqa: SIM118
-        if has_rollout_log_probs and not self.config.actor_rollout_ref.rollout.calculate_log_probs:
-            batch.pop(batch_keys=[F.ROLLOUT_LOG_PROBS])  # only a diagnostic unless the loss is asked to use it
         return batch
 
     def _advantages(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:

@@ -7,7 +7,9 @@
     batch, extra = attach_reward(batch, reward_fn)            # token_level_scores + per-row reward extras
 
 Plus the per-step sampling seed (`sampling_seed`), the texts of a batch (`decode_samples`), the rollout dump
-(`dump_batch`), the log-prob metrics (`old_log_prob_metrics`) and the validation pass (`Validator`).
+(`dump_batch`), the log-prob metrics (`old_log_prob_metrics`), what happens to the engine's log-probs
+(`drop_rollout_log_probs`), why the old-log-prob pass is skipped (`skipped_old_log_prob_message`) and the
+validation pass (`Validator`).
 Shape legend: B rows, P prompt length, R response length.
 """
 
@@ -31,6 +33,7 @@ __all__ = [
     "Validator",
     "attach_reward",
     "decode_samples",
+    "drop_rollout_log_probs",
     "dump_batch",
     "generation_input",
     "merge_generation",
@@ -39,6 +42,7 @@ __all__ = [
     "old_log_prob_metrics",
     "sampling_seed",
     "sequence_scores",
+    "skipped_old_log_prob_message",
 ]
 
 logger = logging.getLogger(__name__)
@@ -136,6 +140,25 @@ def old_log_prob_metrics(batch: DataProto, entropys: torch.Tensor, loss_agg_mode
             metrics["training/rollout_probs_diff_max"] = diff.max()
     names, values = list(metrics), torch.stack(list(metrics.values())).tolist()  # one host sync
     return dict(zip(names, values))
+
+
+def drop_rollout_log_probs(batch: DataProto, keep: bool) -> DataProto:
+    """`batch` without the engine's `rollout_log_probs` unless `keep` (`rollout.calculate_log_probs`: the loss
+    reads them); otherwise they are only the old-log-prob pass's diagnostic."""
+    if not keep and F.ROLLOUT_LOG_PROBS in batch.batch.keys():  # noqa: SIM118 (TensorDict membership)
+        batch.pop(batch_keys=[F.ROLLOUT_LOG_PROBS])
+    return batch
+
+
+def skipped_old_log_prob_message(config: Any) -> str:
+    """Why the trainer skips the old-log-prob pass (logged once, when it does)."""
+    actor = config.actor_rollout_ref.actor
+    return (
+        f"skipping the old-log-prob pass (actor_rollout_ref.actor.recompute_old_log_prob="
+        f"{actor.recompute_old_log_prob}): each batch gets one optimizer step (ppo_epochs={actor.ppo_epochs}, "
+        f"ppo_mini_batch_size={actor.ppo_mini_batch_size} = data.train_batch_size={config.data.train_batch_size}) "
+        "and nothing reads old_log_probs before it, so the update takes them from its own forward (PPO ratio 1)."
+    )
 
 
 def object_array(values: list[Any]) -> np.ndarray:

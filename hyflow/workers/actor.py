@@ -15,6 +15,11 @@ sequence count (seq-mean-*) is summed over this rank's micro-batches and all-red
 forward, so the gradient does not depend on how the mini-batch was cut into micro-batches or ranks. Metrics are
 accumulated as tensors and reach the host once, at the end.
 
+A batch without `old_log_probs` is trained exactly on-policy: the trainer skips their pass when each batch gets one
+optimizer step (`actor_rollout_ref.actor.recompute_old_log_prob`), so the weights of the update's forward are those
+that generated the batch; the loss uses old_log_prob = log_prob.detach() (ratio 1, the same gradient) and the
+update reports the entropy that the skipped pass would have.
+
 Each micro-batch is cut on the host to the columns that hold tokens (`trim_padding`) and copied to the device
 through pinned memory; fixed-size micro-batches take rows longest first, so they cut well.
 """
@@ -95,15 +100,20 @@ class DataParallelPPOActor:
     def _micro_batch_loss(
         self, micro: TensorDict, agg_kwargs: dict[str, Any], temperature: float
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean)."""
+        """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean).
+
+        Without `old_log_probs` in the batch (the trainer skipped their pass: one optimizer step per batch, see
+        `update_policy`), the old policy is the current one: old_log_prob = log_prob.detach(), ratio 1, and the
+        entropy metric, which that pass would have reported, comes from this forward."""
         config = self.config
-        compute_entropy = config.entropy_coeff != 0
+        on_policy = F.OLD_LOG_PROBS not in micro.keys()  # noqa: SIM118 (TensorDict membership)
+        compute_entropy = config.entropy_coeff != 0 or on_policy
         log_prob, entropy = self._forward(micro, temperature, compute_entropy)
         mask = micro[F.RESPONSE_MASK].to(log_prob.dtype)
         wanted = (F.ROLLOUT_LOG_PROBS, *config.policy_loss.extra_batch_keys)
         extra = {key: micro[key] for key in wanted if key in micro}
         pg_loss, pg_metrics = self.policy_loss_fn(
-            micro[F.OLD_LOG_PROBS],
+            log_prob.detach() if on_policy else micro[F.OLD_LOG_PROBS],
             log_prob,
             micro[F.ADVANTAGES],
             mask,
@@ -117,10 +127,12 @@ class DataParallelPPOActor:
         metrics = {f"actor/{k}": v.detach() * token_share for k, v in pg_metrics.items()}
         metrics["actor/pg_loss"] = pg_loss.detach() / dp_size
         loss = pg_loss
-        if compute_entropy:
+        if config.entropy_coeff != 0:
             entropy_loss = agg_loss(entropy, mask, config.loss_agg_mode, **agg_kwargs)
             loss = loss - config.entropy_coeff * entropy_loss
             metrics["actor/entropy"] = entropy_loss.detach() / dp_size
+        elif compute_entropy:  # for the metric only
+            metrics["actor/entropy"] = agg_loss(entropy.detach(), mask, config.loss_agg_mode, **agg_kwargs) / dp_size
         if config.use_kl_loss:
             kld = kl_penalty(log_prob, micro[F.REF_LOG_PROB], config.kl_loss_type)
             kl_loss = agg_loss(kld, mask, config.loss_agg_mode, **agg_kwargs)
@@ -129,7 +141,11 @@ class DataParallelPPOActor:
         return loss, metrics
 
     def _update_keys(self, data: DataProto) -> list[str]:
-        keys = [*MODEL_INPUTS, F.RESPONSE_MASK, F.OLD_LOG_PROBS, F.ADVANTAGES]
+        keys = [*MODEL_INPUTS, F.RESPONSE_MASK, F.ADVANTAGES]
+        if F.OLD_LOG_PROBS in data.batch.keys():  # noqa: SIM118 (TensorDict membership)
+            keys.append(F.OLD_LOG_PROBS)
+        else:
+            self._check_one_optimizer_step(data.batch.batch_size[0])
         if self.config.use_kl_loss:
             keys.append(F.REF_LOG_PROB)
         if F.ROLLOUT_LOG_PROBS in data.batch:
@@ -144,8 +160,24 @@ class DataParallelPPOActor:
             keys.append(key)
         return keys
 
+    def _check_one_optimizer_step(self, num_rows: int) -> None:
+        """A batch without `old_log_probs` is trained on-policy, which is exact only for one optimizer step."""
+        mini_batch_size = self.mini_batch_size or num_rows
+        if self.config.ppo_epochs == 1 and num_rows <= mini_batch_size:
+            return
+        raise ValueError(
+            f"the actor update got no {F.OLD_LOG_PROBS!r} (the trainer skips their pass only for one optimizer step "
+            f"per batch), but it would take {self.config.ppo_epochs} epoch(s) over {num_rows} rows in mini-batches "
+            f"of {mini_batch_size}, and every step after the first needs the log-probs from before the first. "
+            "Fix: compute old_log_probs first (actor_rollout_ref.actor.recompute_old_log_prob=True or auto), or "
+            "set ppo_epochs=1 and ppo_mini_batch_size=data.train_batch_size."
+        )
+
     def update_policy(self, data: DataProto) -> dict[str, list[float]]:
-        """`ppo_epochs` passes over the data in mini-batches; returns metrics with one value per optimizer step."""
+        """`ppo_epochs` passes over the data in mini-batches; returns metrics with one value per optimizer step.
+
+        `data` without `old_log_probs` means it was generated by the current weights and gets exactly one
+        optimizer step: the loss then takes the old log-probs from its own forward (`_micro_batch_loss`)."""
         if self.optimizer is None:
             raise ValueError("DataParallelPPOActor.update_policy needs an optimizer (this actor was built without).")
         temperature = data.meta_info.get(F.TEMPERATURE, 1.0)

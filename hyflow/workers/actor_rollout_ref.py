@@ -136,7 +136,8 @@ class ActorRolloutRefWorker(Worker):
     # ---- training ----
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
-        """One PPO update over the batch, then one LR-scheduler step; metrics in `meta_info["metrics"]`."""
+        """One PPO update over the batch, then one LR-scheduler step; metrics in `meta_info["metrics"]`. A batch
+        without `old_log_probs` (the trainer skipped their pass) is trained on-policy in exactly one optimizer step."""
         self._require(self.actor, "update_actor", "actor")
         data.meta_info.setdefault(F.TEMPERATURE, self.config.rollout.temperature)  # as the old log-probs had
         offload_optimizer = self.actor.config.fsdp_config.optimizer_offload
@@ -154,7 +155,7 @@ class ActorRolloutRefWorker(Worker):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate responses with the rollout engine, holding the actor's latest weights."""
         self._require(self.rollout, "generate_sequences", "rollout")
-        start = time.perf_counter()
+        start, captures = time.perf_counter(), self.rollout.cuda_graph_captures
         self.rollout_mode()
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the weight copies belong to rollout_mode's time
@@ -170,6 +171,8 @@ class ActorRolloutRefWorker(Worker):
             "trainer_mode": time.perf_counter() - generated,
         }
         output.meta_info[F.TIMING] = {f"gen/{name}": seconds for name, seconds in timing.items()}
+        captured = self.rollout.cuda_graph_captures - captures  # > 0 after step 1: the KV cache moved (see speed.md)
+        output.meta_info.setdefault(F.METRICS, {})["rollout/cuda_graph_captures"] = captured
         return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)

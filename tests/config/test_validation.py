@@ -169,3 +169,27 @@ def test_settings_that_need_a_companion_key_say_which(tmp_path):
     assert any("needs reward_model.model.path" in p for p in problems)
     assert any("needs algorithm.filter_groups.metric" in p for p in problems)
     assert any("custom_reward_function.path=" in p and "is not a file" in p for p in problems)
+
+
+def test_forcing_the_old_log_prob_pass_off_where_the_update_needs_it_is_rejected():
+    (problem,) = _problems(
+        [
+            *GRPO,
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "algorithm.use_kl_in_reward=True",
+            "actor_rollout_ref.actor.recompute_old_log_prob=False",
+        ]
+    )
+
+    assert problem.startswith("actor_rollout_ref.actor.recompute_old_log_prob=False skips the old-log-prob pass")
+    assert "ppo_mini_batch_size=4 is below data.train_batch_size=8" in problem
+    assert "algorithm.use_kl_in_reward=True" in problem
+    assert "Fix: set actor_rollout_ref.actor.recompute_old_log_prob=auto" in problem
+
+
+def test_a_recompute_old_log_prob_that_is_neither_auto_nor_a_bool_is_rejected():
+    (problem,) = _problems(["actor_rollout_ref.actor.recompute_old_log_prob=sometimes"])
+
+    assert "actor_rollout_ref.actor.recompute_old_log_prob='sometimes'" in problem
+    assert "'auto' or true or false" in problem

@@ -139,6 +139,10 @@ def test_sleep_frees_the_kv_cache_and_wake_restores_generation():
     assert not engine.runner.kv_cache.allocated
     engine.wake()
     assert _tokens(engine.generate(PROMPTS, GREEDY)) == expected
+    engine.close()  # what tensor-parallel engines do before their process group goes
+    assert not engine.runner.kv_cache.allocated
+    engine.wake()
+    assert _tokens(engine.generate(PROMPTS, GREEDY)) == expected
 
 
 def test_bad_requests_raise_clear_errors_and_the_engine_keeps_serving():

@@ -79,6 +79,35 @@ def test_graphs_are_kept_when_the_cache_returns_to_its_address_and_recaptured_wh
 
 
 @pytest.mark.timeout(300)
+def test_wake_without_sleep_keeps_the_graphs_as_with_free_cache_engine_false():
+    hf = make_tiny_hf_model("qwen2", seed=0)
+    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
+    engine = LLMEngine(hf, config)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)]
+    captured = engine.runner.graphs.num_captures
+    assert captured > 0
+    engine.wake()  # the worker's rollout_mode when the cache was never freed
+    assert [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)] == expected
+    assert engine.runner.graphs.num_captures == captured
+
+
+@pytest.mark.timeout(300)
+def test_close_drops_the_graphs_and_the_cache_and_wake_captures_them_again():
+    hf = make_tiny_hf_model("qwen2", seed=0)
+    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
+    engine = LLMEngine(hf, config)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)]
+    engine.close()
+    assert not engine.runner.graphs.graphs and not engine.runner.graphs.window_graphs
+    assert not engine.runner.kv_cache.allocated
+    engine.wake()
+    assert [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)] == expected
+    assert engine.runner.graphs.graphs or engine.runner.graphs.window_graphs
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["cuda-graphs", "eager"])
 def test_multi_step_windows_on_cuda_equal_single_steps(enforce_eager):
     hf = make_tiny_hf_model("qwen2")

@@ -187,6 +187,7 @@ def _gpu_rank_runs(rank: int) -> dict:
             results[(enforce_eager, steps)] = _run(engine)
             graphs = engine.runner.graphs
             results[(enforce_eager, steps)]["captured"] = bool(graphs and (graphs.graphs or graphs.window_graphs))
+            engine.close()  # before the NCCL group goes: a live graph with collectives hangs its destruction
     return results
 
 

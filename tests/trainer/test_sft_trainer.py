@@ -17,6 +17,7 @@ from hyflow.models.lora import hf_name
 from hyflow.models.tiny import build_tiny_model
 from hyflow.trainer import main_sft
 from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
+from hyflow.workers.fsdp import full_tensor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,7 +67,7 @@ def test_sft_lowers_the_loss_and_saves_a_hugging_face_folder_that_loads(assets, 
     assert history[-1]["val/loss"] < history[2]["val/loss"]
     assert (tmp_path / "ckpt" / "global_step_6" / "actor" / "hyflow_checkpoint.json").is_file()
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / HF_DIR)
-    trained = {hf_name(name): tensor for name, tensor in trainer.module.state_dict().items()}
+    trained = {hf_name(name): full_tensor(tensor) for name, tensor in trainer.module.state_dict().items()}
     for name, tensor in loaded.state_dict().items():
         torch.testing.assert_close(tensor, trained[name], msg=name)
 

@@ -1,4 +1,4 @@
-"""Run a function on N local ranks over gloo (spawned processes) and collect what each rank returns."""
+"""Run a function on N local ranks (spawned processes, gloo or NCCL) and collect what each rank returns."""
 
 import os
 import socket
@@ -17,12 +17,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _rank_main(rank: int, world_size: int, port: int, out_dir: str, fn, args) -> None:
+def _rank_main(rank: int, world_size: int, port: int, out_dir: str, backend: str, fn, args) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)  # rank r trains on GPU r
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
         result = fn(rank, *args)
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     except BaseException:
@@ -34,13 +36,14 @@ def _rank_main(rank: int, world_size: int, port: int, out_dir: str, fn, args) ->
             dist.destroy_process_group()
 
 
-def run_ranks(fn, world_size: int, *args, timeout_s: float = 240.0) -> list:
-    """`fn(rank, *args)` on `world_size` spawned ranks with a gloo process group; returns the per-rank results."""
+def run_ranks(fn, world_size: int, *args, timeout_s: float = 240.0, backend: str = "gloo") -> list:
+    """`fn(rank, *args)` on `world_size` spawned ranks in one process group (`backend` "gloo", or "nccl" with rank r
+    on GPU r); returns the per-rank results."""
     ctx = mp.get_context("spawn")
     port = _free_port()
     with tempfile.TemporaryDirectory() as out_dir:
         procs = [
-            ctx.Process(target=_rank_main, args=(rank, world_size, port, out_dir, fn, args))
+            ctx.Process(target=_rank_main, args=(rank, world_size, port, out_dir, backend, fn, args))
             for rank in range(world_size)
         ]
         for proc in procs:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hyflow import fields as F
+from hyflow.algorithms import agg_loss
 from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.policy import PolicyModel
@@ -180,3 +181,40 @@ def test_removing_padding_gives_the_same_log_probs_and_update(tiny_model_path, p
         assert metrics[name] == pytest.approx(padded_metrics[name], rel=1e-4, abs=1e-6), name
     for param, expected in zip(params, padded_params):
         torch.testing.assert_close(param, expected, rtol=1e-4, atol=1e-4)  # Adam at lr 1e-2 amplifies fp32 noise
+
+
+def test_update_without_old_log_probs_equals_the_update_after_recomputing_them(tiny_model_path, ppo_batch):
+    data = ppo_batch(batch_size=4, seed=8)  # one mini-batch of 4 rows: one optimizer step
+    data.meta_info[F.TEMPERATURE] = 0.8
+    recomputed = build_actor(tiny_model_path, ppo_micro_batch_size_per_gpu=2)
+    with_old = copy.deepcopy(data)
+    old_log_probs, entropys = recomputed.compute_log_prob(with_old, calculate_entropy=True)
+    with_old.batch[F.OLD_LOG_PROBS] = old_log_probs
+    recomputed_metrics = recomputed.update_policy(with_old)
+
+    skipped = build_actor(tiny_model_path, ppo_micro_batch_size_per_gpu=2)
+    without_old = copy.deepcopy(data)
+    without_old.pop(batch_keys=[F.OLD_LOG_PROBS])
+    skipped_metrics = skipped.update_policy(without_old)
+
+    for name in ("actor/pg_loss", "actor/grad_norm"):
+        assert skipped_metrics[name] == pytest.approx(recomputed_metrics[name], rel=1e-5, abs=1e-7), name
+    assert skipped_metrics["actor/ppo_kl"] == [0.0] and skipped_metrics["actor/pg_clipfrac"] == [0.0]  # ratio 1
+    expected_entropy = agg_loss(entropys, data.batch[F.RESPONSE_MASK], "token-mean").item()
+    assert skipped_metrics["actor/entropy"] == [pytest.approx(expected_entropy, rel=1e-5)]
+    assert "actor/entropy" not in recomputed_metrics  # entropy_coeff=0: only the skipped pass's stand-in reports it
+    for p, q in zip(skipped.module.parameters(), recomputed.module.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)  # Adam's first step is ±lr=1e-2: noise is far below
+
+
+@pytest.mark.parametrize(("overrides", "batch_size"), [({"ppo_epochs": 2}, 4), ({}, 8)])
+def test_update_without_old_log_probs_over_several_optimizer_steps_is_an_error(
+    tiny_model_path, ppo_batch, overrides, batch_size
+):
+    actor = build_actor(tiny_model_path, **overrides)
+    data = ppo_batch(batch_size=batch_size, seed=9)
+    data.pop(batch_keys=[F.OLD_LOG_PROBS])
+    before = [p.detach().clone() for p in actor.module.parameters()]
+    with pytest.raises(ValueError, match=r"got no 'old_log_probs'.*Fix: compute old_log_probs first"):
+        actor.update_policy(data)
+    assert all(torch.equal(p, q) for p, q in zip(before, actor.module.parameters()))

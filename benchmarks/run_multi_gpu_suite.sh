@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The 2-GPU checks and benchmarks (issue #10) in one go, each beside its one-GPU counterpart of the same run:
+#   bash benchmarks/run_multi_gpu_suite.sh [results-folder] [parts]  # default: $OUT, else ./gpu_results; all parts
+# Parts (comma-separated): tests — the NCCL tests (FSDP2 update on 2 GPUs == 1 GPU, engine TP=2 == TP=1);
+# engines — the actor update on 1 and 2 GPUs, the generation engine at TP=1 and TP=2; grpo — a GRPO step on 1 GPU
+# (local backend) and on 2 Ray workers (needs Ray). About 3-5 minutes a part on 2 H200s.
+# NVLink multicast stays off, as the machines that lend several GPUs ask.
+set -uo pipefail
+results="${1:-${OUT:-gpu_results}}"
+parts=",${2:-tests,engines,grpo},"
+mkdir -p "$results"
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
+
+step() {  # step NAME SECONDS PATTERN COMMAND...: run, keep the log, print the lines that matter
+    local name=$1 limit=$2 pattern=$3
+    shift 3
+    timeout "$limit" "$@" >"$results/$name.log" 2>&1
+    echo "== $name (exit $?)"
+    grep -E "$pattern" "$results/$name.log" | tail -20
+}
+
+if [[ $parts == *,tests,* ]]; then
+    step fsdp_nccl_test 150 "log-prob error|passed|failed|FAILED|Error|^E " \
+        python3 -m pytest -q -s -x --tb=short -p no:cacheprovider tests/workers/test_fsdp_nccl.py
+    step tp_nccl_test 150 "passed|failed|FAILED|Error|^E " python3 -m pytest -q -x --tb=short -p no:cacheprovider \
+        tests/rollout/test_tensor_parallel.py::test_tp2_on_two_gpus_with_nccl_and_cuda_graphs_equals_tp1
+fi
+if [[ $parts == *,engines,* ]]; then
+    step actor_1gpu 120 "ms/step|params" env CUDA_VISIBLE_DEVICES=0 \
+        python3 benchmarks/actor_update.py --only hyflow --micro-batch-size 16
+    step actor_2gpu 150 "ms/step|ranks|params|Error" torchrun --nproc-per-node 2 benchmarks/actor_update.py \
+        --micro-batch-size 16
+    step rollout_tp1 150 "^case|device=" env CUDA_VISIBLE_DEVICES=0 \
+        python3 benchmarks/rollout_throughput.py --no-hf --cases a,b,c
+    step rollout_tp2 200 "^case|device=|Error" torchrun --nproc-per-node 2 benchmarks/rollout_throughput.py \
+        --tensor-parallel-size 2 --cases a,b,c
+fi
+if [[ $parts == *,grpo,* ]]; then
+    step grpo_1gpu 150 "GRPO step on|steps 2-|generated|hyflow " env CUDA_VISIBLE_DEVICES=0 \
+        python3 benchmarks/grpo_step.py --only hyflow --prompts 16 --steps 3
+    step grpo_ray_2gpu 170 "GRPO step on|steps 2-|generated|hyflow |Error" \
+        python3 benchmarks/grpo_step.py --backend ray --gpus 2 --prompts 16 --steps 3
+fi
