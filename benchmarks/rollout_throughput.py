@@ -28,6 +28,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.engine import LLMEngine
+from hyflow.rollout.models.llama import Attention
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e peak
 
@@ -168,6 +169,9 @@ def main() -> None:
     parser.add_argument("--no-hf", action="store_true", help="skip transformers.generate")
     parser.add_argument("--cases", default="a,b")
     parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument(
+        "--no-fused-rope", action="store_true", help="RoPE and the KV-cache write as PyTorch ops (3 launches a layer)"
+    )
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of 5 decode windows")
     parser.add_argument("--trace", action="store_true", help="print the time of prefill and decode steps")
     parser.add_argument(
@@ -199,6 +203,10 @@ def main() -> None:
         tensor_parallel_size=args.tensor_parallel_size,
     )
     engine = LLMEngine(model, config)
+    if args.no_fused_rope:
+        for module in engine.model.modules():
+            if isinstance(module, Attention):
+                module.fused_rope_cache = False
     if is_main_rank():
         print(
             f"device={device} dtype={dtype} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hyflow.rollout import triton_rope
 from hyflow.rollout.attention import AttentionMasks, AttentionMetadata, paged_attention, write_kv_cache
 from hyflow.rollout.models.ops import add_rms_norm, rms_norm, silu_and_mul
 from hyflow.rollout.models.rope import RotaryEmbedding, rope_parameters
@@ -171,6 +172,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps) if args.qk_norm else None
         self.rotary = rotary
         self.scale = args.head_dim**-0.5
+        self.fused_rope_cache = True  # on CUDA with Triton: triton_rope's kernel (False: the PyTorch ops)
 
     def forward(
         self,
@@ -187,8 +189,13 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
-        write_kv_cache(kv_cache[0], kv_cache[1], meta, k, v)
+        if self.fused_rope_cache and q.is_cuda and triton_rope.available():  # one launch instead of three
+            q = triton_rope.rope_and_write_cache(
+                q, k, v, self.rotary.cos, self.rotary.sin, positions, kv_cache[0], kv_cache[1], meta.slot_mapping
+            )
+        else:
+            q, k = self.rotary(positions, q, k)
+            write_kv_cache(kv_cache[0], kv_cache[1], meta, k, v)
         out = paged_attention(q, kv_cache[0], kv_cache[1], meta, masks, window, self.scale)
         return self.o_proj(out.flatten(1))
 
