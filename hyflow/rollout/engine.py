@@ -160,6 +160,7 @@ class LLMEngine:
         After a window each sequence takes its tokens one by one through the stop checks, exactly as after single
         steps; the tokens after a stop are dropped.
         """
+        self.runner.require_awake()  # before scheduling: a failed step must leave the queue as it was
         batch = self.scheduler.schedule()
         self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
         if not batch.seqs:
@@ -235,6 +236,7 @@ class LLMEngine:
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; give one or one each")
+        self.runner.require_awake()  # before queueing: an asleep engine keeps no request of this batch
         ids: list[str] = []
         try:
             for prompt, p in zip(prompts, params_list):

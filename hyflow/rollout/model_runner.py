@@ -142,10 +142,18 @@ class ModelRunner:
         hidden = self.model(input_ids, positions, meta, self.kv_cache.layers, self.block_size)
         return self.model.compute_logits(hidden[meta.logits_index])
 
+    def require_awake(self) -> None:
+        """RuntimeError unless the KV cache is there (the engine checks before it schedules anything)."""
+        if not self.kv_cache.allocated:
+            raise RuntimeError(
+                "the engine is asleep (its KV cache was freed by sleep() or close()), so it cannot generate. "
+                "Fix: call engine.wake() first (the hybrid worker does this in rollout_mode())."
+            )
+
     @torch.inference_mode()
     def run(self, seqs: list[Sequence]) -> tuple[list[int], list[float], list[float] | None]:
         """One forward + sample for the scheduled sequences: (token ids, log-probs, raw log-probs or None)."""
-        assert self.kv_cache.allocated, "the engine is asleep; call wake() first"
+        self.require_awake()
         if self.device.type != "cuda":
             return self._run(seqs)
         with torch.cuda.device(self.device):  # the async engine steps in worker threads, whose current device is 0
@@ -168,7 +176,7 @@ class ModelRunner:
     ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
         """`num_steps` decode steps, sequence i taking part in the first `step_counts[i]`; per sequence its
         `num_steps` tokens, log-probs and raw log-probs (or None); entries past its step count are meaningless."""
-        assert self.kv_cache.allocated, "the engine is asleep; call wake() first"
+        self.require_awake()
         if self.device.type != "cuda":
             return self._run_window(seqs, num_steps, step_counts)
         with torch.cuda.device(self.device):

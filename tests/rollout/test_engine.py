@@ -141,6 +141,8 @@ def test_sleep_frees_the_kv_cache_and_wake_restores_generation():
     assert _tokens(engine.generate(PROMPTS, GREEDY)) == expected
     engine.close()  # what tensor-parallel engines do before their process group goes
     assert not engine.runner.kv_cache.allocated
+    with pytest.raises(RuntimeError, match="engine is asleep"):
+        engine.generate(PROMPTS, GREEDY)
     engine.wake()
     assert _tokens(engine.generate(PROMPTS, GREEDY)) == expected
 
