@@ -22,7 +22,7 @@ micro-batch (hyflow: `--micro-batch-size`, default 64).
 
 hyflow runs `PPOTrainer.fit()` for `--steps` steps and reads each step's `timing_s/*` metrics from its `file`
 logger (the checkpoint it writes after the last step holds no model or optimizer state here, and its time is
-taken out of that step). TRL's step times come from a callback around each optimizer step. TRL is skipped with a
+taken out of that step). TRL's side is in `grpo_step_trl.py`; its step times come from a callback around each optimizer step. TRL is skipped with a
 message when it is not installed (`pip install trl==1.16.0`).
 
 With `--backend ray --gpus N` hyflow alone runs the same step on N Ray workers (one process per GPU, actor, rollout
@@ -37,15 +37,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
-import importlib.util
 import json
 import logging
 import os
 import random
 import statistics
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,11 +53,11 @@ import pandas as pd
 import torch
 import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, TrainerCallback
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"]  # the last four ids of the vocabulary
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"  # the prompt text, as is
-LEARNING_RATE, WEIGHT_DECAY = 1e-6, 0.01  # hyflow's AdamW defaults, given to TRL too
+TRAINING = {"learning_rate": 1e-6, "weight_decay": 0.01}  # hyflow's AdamW defaults, given to TRL too
 STAGE_ORDER = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
 
 logger = logging.getLogger("grpo_step")
@@ -188,7 +187,7 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch_size}",
-        f"actor_rollout_ref.actor.optim.lr={LEARNING_RATE}",
+        f"actor_rollout_ref.actor.optim.lr={TRAINING['learning_rate']}",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.checkpoint.save_contents=[]",
         f"actor_rollout_ref.rollout.n={args.n}",
@@ -250,83 +249,6 @@ def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> 
         stages.append(timing)
     captures = [metrics.get("rollout/cuda_graph_captures", 0) for metrics in logged]
     return {"step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures}
-
-
-def trl_missing() -> str | None:
-    """Why the TRL side cannot run, or None."""
-    missing = [name for name in ("trl", "datasets") if importlib.util.find_spec(name) is None]
-    if not missing:
-        return None
-    return (
-        f"{' and '.join(missing)} not installed: pip install trl==1.16.0 datasets==5.2.0 dill multiprocess "
-        "(on the device machine: from the wheels in .whl/, see benchmarks/README.md)"
-    )
-
-
-class StepTimer(TrainerCallback):
-    """Wall time of each optimizer step (TRL generates inside it), the device synchronised at both ends."""
-
-    def __init__(self) -> None:
-        self.step_s: list[float] = []
-        self._started = 0.0
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        synchronize()
-        self._started = time.perf_counter()
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        synchronize()
-        self.step_s.append(time.perf_counter() - self._started)
-        print(f"TRL step {len(self.step_s)}: {self.step_s[-1]:.2f} s", flush=True)
-
-
-def trl_config(args: argparse.Namespace, root: Path) -> Any:
-    """The same step as hyflow's: one generation batch = one optimizer step, beta = 0, fixed response length."""
-    from trl import GRPOConfig
-
-    return GRPOConfig(
-        output_dir=str(root / "trl"),
-        per_device_train_batch_size=args.prompts * args.n,  # the whole generation batch in one micro-batch
-        num_generations=args.n,
-        max_completion_length=args.response_length,
-        generation_kwargs={"min_new_tokens": args.response_length},  # never stop early, like ignore_eos
-        temperature=1.0,
-        beta=0.0,
-        learning_rate=LEARNING_RATE,
-        weight_decay=WEIGHT_DECAY,
-        lr_scheduler_type="constant",  # as hyflow's default
-        max_steps=args.steps,
-        use_vllm=False,
-        gradient_checkpointing=False,
-        bf16=not args.tiny,
-        use_cpu=args.tiny,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
-    )
-
-
-def run_trl(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
-    """Train `--steps` steps of TRL's `GRPOTrainer` on the same model folder and prompts; each step's seconds."""
-    from datasets import Dataset
-    from trl import GRPOTrainer
-
-    dtype = torch.float32 if args.tiny else torch.bfloat16
-    dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    model = AutoModelForCausalLM.from_pretrained(assets["model"], **{dtype_key: dtype})
-    tokenizer = AutoTokenizer.from_pretrained(assets["tokenizer"])
-    timer = StepTimer()
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=trl_length_reward,
-        args=trl_config(args, root),
-        train_dataset=Dataset.from_dict({"prompt": assets["prompts"]}),
-        processing_class=tokenizer,
-        callbacks=[timer],
-    )
-    trainer.train()
-    return {"step_s": timer.step_s}
 
 
 def synchronize() -> None:
@@ -409,6 +331,10 @@ def write_result(result: dict[str, Any], echo: bool = True) -> None:
 
 def run_trl_side(args: argparse.Namespace, assets: dict[str, Any], root: Path, result: dict[str, Any]) -> None:
     """TRL's numbers into `result`, or why there are none (not installed, or the run failed)."""
+    # Imported here, not at the top: hyflow also loads this file by path for `compute_score`, where the folder of
+    # this file is not on sys.path (it is when the file runs as a script).
+    from grpo_step_trl import run_trl, trl_missing
+
     reason = trl_missing()
     if reason is not None:
         result["trl_skipped"] = reason
@@ -417,7 +343,8 @@ def run_trl_side(args: argparse.Namespace, assets: dict[str, Any], root: Path, r
 
     result["trl_version"] = trl.__version__
     try:
-        result["trl"] = measured_side(run_trl, args, assets, root)
+        run = functools.partial(run_trl, reward_fn=trl_length_reward, hyperparameters=TRAINING)
+        result["trl"] = measured_side(run, args, assets, root)
     except Exception as exc:  # the baseline failing must not lose hyflow's numbers of the same run
         logger.exception("the TRL side failed")
         result["trl_error"] = f"{type(exc).__name__}: {exc}"
