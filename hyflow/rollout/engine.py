@@ -189,6 +189,8 @@ class LLMEngine:
     ) -> FinishReason | None:
         """Appends sampled tokens in order until one ends the sequence; returns why it ended, or None."""
         keep_raw = raw is not None and seq.params.raw_log_probs
+        if not seq.params.stop:  # no stop strings: every check is on token ids and counts, so take them at once
+            return self._append_token_run(seq, tokens, log_probs, raw if keep_raw else None)
         for k, token in enumerate(tokens):
             seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
             seq.append(token, log_probs[k], raw[k] if keep_raw else None)
@@ -196,6 +198,24 @@ class LLMEngine:
             if reason is not None:
                 return reason
         return None
+
+    def _append_token_run(
+        self, seq: Sequence, tokens: list[int], log_probs: list[float], raw: list[float] | None
+    ) -> FinishReason | None:
+        """`_append_tokens` without stop strings, in bulk: the tokens up to the first stop id or the length limit
+        (at least one), with the reason the per-token checks would give ("stop" before "length" on one token)."""
+        params = seq.params
+        stop_ids = params.stop_token_ids if params.ignore_eos else self.eos_token_ids | set(params.stop_token_ids)
+        budget = max(1, min(params.max_tokens - seq.num_output_tokens, self.config.max_model_len - seq.num_tokens))
+        take = min(len(tokens), budget)
+        stop_at = next((k for k, token in enumerate(tokens[:take]) if token in stop_ids), None) if stop_ids else None
+        if stop_at is not None:
+            take = stop_at + 1
+        seq.extend(tokens[:take], log_probs[:take], None if raw is None else raw[:take])
+        seq.num_computed_tokens = seq.num_tokens - 1  # every token before the newest has its K/V cached
+        if stop_at is not None:
+            return "stop"
+        return "length" if take == budget else None
 
     def _finish_reason(self, seq: Sequence) -> FinishReason | None:
         token, params = seq.token_ids[-1], seq.params

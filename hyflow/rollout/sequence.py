@@ -70,6 +70,14 @@ class Sequence:
         if raw_log_prob is not None:
             self.raw_log_probs.append(raw_log_prob)
 
+    def extend(self, token_ids: list[int], log_probs: list[float], raw_log_probs: list[float] | None) -> None:
+        """`append` for several tokens at once."""
+        self.token_ids.extend(token_ids)
+        self.num_tokens += len(token_ids)
+        self.log_probs.extend(log_probs)
+        if raw_log_probs is not None:
+            self.raw_log_probs.extend(raw_log_probs)
+
     def finish(self, reason: FinishReason) -> None:
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason

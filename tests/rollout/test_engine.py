@@ -119,6 +119,11 @@ def test_generation_stops_at_a_stop_token_and_at_eos_unless_ignored():
     engine.eos_token_ids = {stop_at}
     eos = engine.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=12))[0].outputs[0]
     assert eos.token_ids == greedy[:cut] and eos.finish_reason == "stop"
+    last = engine.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=cut))[0].outputs[0]
+    assert last.token_ids == greedy[:cut] and last.finish_reason == "stop"  # a stop on the last allowed token
+    engine.eos_token_ids = set()
+    short = engine.generate([PROMPTS[0]], SamplingParams(temperature=0, max_tokens=cut - 1))[0].outputs[0]
+    assert short.token_ids == greedy[: cut - 1] and short.finish_reason == "length"
 
 
 def test_outputs_follow_the_new_weights_after_load_weights():
