@@ -22,8 +22,8 @@ micro-batch (hyflow: `--micro-batch-size`, default 64).
 
 hyflow runs `PPOTrainer.fit()` for `--steps` steps and reads each step's `timing_s/*` metrics from its `file`
 logger (the checkpoint it writes after the last step holds no model or optimizer state here, and its time is
-taken out of that step). TRL's side is in `grpo_step_trl.py`; its step times come from a callback around each optimizer step. TRL is skipped with a
-message when it is not installed (`pip install trl==1.16.0`).
+taken out of that step). TRL's side is in `grpo_step_trl.py`; its step times come from a callback around each
+optimizer step. TRL is skipped with a message when it is not installed (`pip install trl==1.16.0`).
 
 With `--backend ray --gpus N` hyflow alone runs the same step on N Ray workers (one process per GPU, actor, rollout
 engine and reference colocated in each, FSDP2 over NCCL, the prompts split over the workers); its JSON goes to

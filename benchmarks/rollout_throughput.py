@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from hyflow.rollout import triton_step
 from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.engine import LLMEngine
 from hyflow.rollout.models.llama import Attention
@@ -172,6 +173,11 @@ def main() -> None:
     parser.add_argument(
         "--no-fused-rope", action="store_true", help="RoPE and the KV-cache write as PyTorch ops (3 launches a layer)"
     )
+    parser.add_argument(
+        "--no-fused-step",
+        action="store_true",
+        help="end each decode-window step with PyTorch ops (sampler combine, record, advance) instead of one kernel",
+    )
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of 5 decode windows")
     parser.add_argument("--trace", action="store_true", help="print the time of prefill and decode steps")
     parser.add_argument(
@@ -203,6 +209,8 @@ def main() -> None:
         tensor_parallel_size=args.tensor_parallel_size,
     )
     engine = LLMEngine(model, config)
+    if args.no_fused_step:  # an A/B switch for this benchmark only: multi_step asks triton_step at every step
+        triton_step.available = lambda: False
     if args.no_fused_rope:
         for module in engine.model.modules():
             if isinstance(module, Attention):

@@ -21,6 +21,7 @@ step() {  # step NAME SECONDS PATTERN COMMAND...: run, keep the log, print the l
 if [[ $parts == *,tests,* ]]; then
     step gpu_tests 180 "passed|failed|FAILED|skipped in" \
         python3 -m pytest -q -p no:cacheprovider tests/rollout/test_gpu.py tests/rollout/test_triton_rope.py \
+        tests/rollout/test_triton_step.py \
         tests/models/test_fused_gpu.py \
         tests/models/test_packing_gpu.py
 fi

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hyflow.rollout import triton_kernels, triton_step
 from hyflow.rollout.attention import AttentionMetadata
 from hyflow.rollout.sampler import SamplingTensors, sample
 
@@ -98,8 +99,14 @@ def advance(state: DecodeState, tokens: torch.Tensor, block_size: int, scratch_s
 def decode_step(
     forward: Forward, state: DecodeState, meta: AttentionMetadata, block_size: int, scratch_slot: int
 ) -> None:
-    """One step of the window: forward, sample, record the outputs in column `state.step`, advance."""
+    """One step of the window: forward, sample, record the outputs in column `state.step`, advance (on CUDA
+    without top-k/top-p: the sampler kernel and one kernel for the rest, triton_step.py)."""
     logits = forward(state.input_ids, state.positions, meta)
+    st = state.sampling
+    if logits.is_cuda and not st.need_filter and triton_step.available():
+        partials = triton_kernels.sample_partials(logits, st.temperatures, st.seeds, st.counters)
+        triton_step.finish_step(logits, partials, st.temperatures, state, block_size, scratch_slot)
+        return
     tokens, log_probs, raw = sample(logits, state.sampling)
     state.tokens.index_copy_(1, state.step, tokens.unsqueeze(1))
     state.log_probs.index_copy_(1, state.step, log_probs.float().unsqueeze(1))

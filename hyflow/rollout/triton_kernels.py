@@ -11,6 +11,7 @@ Shapes: B sequences, H query heads, Hkv KV heads, G = H / Hkv, D head dim, V voc
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -195,15 +196,23 @@ def decode_attention(
     return out
 
 
-def fused_sample(
-    logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tokens (B,), logsumexp of logits / T (B,), logsumexp of logits (B,)) with sampler.py's Gumbel noise.
+class SamplePartials(NamedTuple):
+    """Per (row, vocabulary split) results of the sampler kernel, each (B, splits): the best Gumbel key and its
+    token, and the running max / sum of exp of logits / T and of the raw logits."""
 
-    The vocabulary is cut into splits of SPLIT_SIZE so that B × splits programs fill the device even at small B;
-    the splits are combined here: the token of the largest key (the first split on ties, as one pass would pick),
-    and logsumexp = M + log Σ s_i · exp(m_i − M) over the splits' running (m_i, s_i), M = max m_i.
-    """
+    keys: torch.Tensor
+    tokens: torch.Tensor
+    maxes: torch.Tensor
+    sums: torch.Tensor
+    raw_maxes: torch.Tensor
+    raw_sums: torch.Tensor
+
+
+def sample_partials(
+    logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
+) -> SamplePartials:
+    """The sampler kernel over `logits` (B, V) cut into splits of SPLIT_SIZE, so that B × splits programs fill the
+    device even at small B; `fused_sample` (or triton_step.finish_step) combines the splits."""
     batch, vocab_size = logits.shape
     splits = triton.cdiv(vocab_size, SPLIT_SIZE)
     keys = torch.empty(batch, splits, dtype=torch.float32, device=logits.device)
@@ -213,8 +222,25 @@ def fused_sample(
         logits, logits.stride(0), temperatures, seeds, counters, keys, tokens, maxes, sums, raw_maxes, raw_sums,
         vocab_size, SPLIT_SIZE, BLOCK=SAMPLE_BLOCK,
     )  # fmt: skip
-    best = keys.argmax(dim=1, keepdim=True)
-    return tokens.gather(1, best).squeeze(1), _combine_lse(maxes, sums), _combine_lse(raw_maxes, raw_sums)
+    return SamplePartials(keys, tokens, maxes, sums, raw_maxes, raw_sums)
+
+
+def fused_sample(
+    logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens (B,), logsumexp of logits / T (B,), logsumexp of logits (B,)) with sampler.py's Gumbel noise.
+
+    The splits of `sample_partials` are combined here: the token of the largest key (the first split on ties, as
+    one pass would pick), and logsumexp = M + log Σ s_i · exp(m_i − M) over the splits' running (m_i, s_i),
+    M = max m_i.
+    """
+    part = sample_partials(logits, temperatures, seeds, counters)
+    best = part.keys.argmax(dim=1, keepdim=True)
+    return (
+        part.tokens.gather(1, best).squeeze(1),
+        _combine_lse(part.maxes, part.sums),
+        _combine_lse(part.raw_maxes, part.raw_sums),
+    )
 
 
 def _combine_lse(maxes: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
