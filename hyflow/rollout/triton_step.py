@@ -16,9 +16,14 @@ which is what `sampler.sample_fused` followed by `multi_step.decode_step`'s reco
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from hyflow.rollout import triton_kernels
+
+if TYPE_CHECKING:  # multi_step imports this module
+    from hyflow.rollout.multi_step import DecodeState
 
 try:
     import triton
@@ -98,12 +103,12 @@ def finish_step(
     logits: torch.Tensor,
     partials: triton_kernels.SamplePartials,
     temperatures: torch.Tensor,
-    state: object,
+    state: DecodeState,
     block_size: int,
     scratch_slot: int,
 ) -> None:
-    """Combine the sampler's partials for `logits` (B, V), record the step's outputs in `state` (a
-    multi_step.DecodeState) and advance its inputs, in one launch; then move `state.step` on."""
+    """Combine the sampler's partials for `logits` (B, V), record the step's outputs in `state` and advance its
+    inputs, in one launch; then move `state.step` on."""
     batch, num_splits = partials.keys.shape
     raw = state.raw_log_probs
     outputs = [state.tokens, state.log_probs] + ([] if raw is None else [raw])
