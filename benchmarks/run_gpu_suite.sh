@@ -5,18 +5,8 @@
 # Logs land in the folder (one file per step) and the summary lines on stdout. About 8 minutes on one H200.
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
 set -uo pipefail
-results="${1:-${OUT:-gpu_results}}"
-parts=",${2:-tests,grpo,actor,rollout},"
-mkdir -p "$results"
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)" PYTHONUNBUFFERED=1
-
-step() {  # step NAME SECONDS PATTERN COMMAND...: run, keep the log, print the lines that matter
-    local name=$1 limit=$2 pattern=$3
-    shift 3
-    timeout "$limit" "$@" >"$results/$name.log" 2>&1
-    echo "== $name (exit $?)"
-    grep -E "$pattern" "$results/$name.log" | tail -20
-}
+source "$(dirname "$0")/suite_step.sh"
+results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout
 
 if [[ $parts == *,tests,* ]]; then
     step gpu_tests 180 "passed|failed|FAILED|skipped in" \

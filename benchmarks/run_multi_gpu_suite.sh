@@ -6,20 +6,10 @@
 # (local backend) and on 2 Ray workers (needs Ray). About 3-5 minutes a part on 2 H200s.
 # NVLink multicast stays off, as the machines that lend several GPUs ask.
 set -uo pipefail
-results="${1:-${OUT:-gpu_results}}"
-parts=",${2:-tests,engines,grpo},"
-mkdir -p "$results"
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$(pwd)" PYTHONUNBUFFERED=1
+source "$(dirname "$0")/suite_step.sh"
+results_and_parts "${1:-}" "${2:-}" tests,engines,grpo
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
-
-step() {  # step NAME SECONDS PATTERN COMMAND...: run, keep the log, print the lines that matter
-    local name=$1 limit=$2 pattern=$3
-    shift 3
-    timeout "$limit" "$@" >"$results/$name.log" 2>&1
-    echo "== $name (exit $?)"
-    grep -E "$pattern" "$results/$name.log" | tail -20
-}
 
 if [[ $parts == *,tests,* ]]; then
     step fsdp_nccl_test 150 "log-prob error|passed|failed|FAILED|Error|^E " \

@@ -18,8 +18,8 @@ import torch
 try:
     import triton
     import triton.language as tl
-except ImportError:  # CPU-only installs: the PyTorch paths run instead
-    triton = None
+except ImportError:  # CPU-only installs: the PyTorch paths run instead (triton_rope and triton_step import these)
+    triton = tl = None
 
 
 SAMPLE_BLOCK = 2048  # logits per loop iteration of a sampler program

@@ -17,15 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from hyflow.rollout import triton_kernels
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only installs: the PyTorch path runs instead
-    triton = None
-
-available = triton_kernels.available
+from hyflow.rollout.triton_kernels import available, tl, triton  # noqa: F401 (available: this module's API)
 
 if triton is not None:
 

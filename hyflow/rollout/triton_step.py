@@ -21,17 +21,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from hyflow.rollout import triton_kernels
+from hyflow.rollout.triton_kernels import available, tl, triton  # noqa: F401 (available: this module's API)
 
 if TYPE_CHECKING:  # multi_step imports this module
     from hyflow.rollout.multi_step import DecodeState
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only installs: the PyTorch path runs instead
-    triton = None
-
-available = triton_kernels.available
 
 if triton is not None:
 

@@ -3,6 +3,10 @@ fixed seed (nothing downloaded), the `transformers` greedy reference, and left-p
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
+import pytest
 import torch
 from transformers import (
     LlamaConfig,
@@ -19,6 +23,15 @@ from hyflow import fields as F
 from hyflow.protocol import DataProto
 
 PAD = 0
+
+# Triton kernel tests run on CUDA, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1 with triton
+# installed); CI's CPU machine has no Triton, so they skip there.
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None
+    or not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"),
+    reason="needs Triton and CUDA (or TRITON_INTERPRET=1)",
+)
 
 FAMILIES = {
     "llama": (LlamaConfig, LlamaForCausalLM),

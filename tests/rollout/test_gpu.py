@@ -16,6 +16,15 @@ pytestmark = pytest.mark.gpu
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]]
 
 
+GREEDY_12 = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+
+
+def cuda_engine(hf) -> LLMEngine:
+    """An fp32 engine on CUDA with CUDA graphs, for the graph tests below."""
+    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
+    return LLMEngine(hf, config)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("num_scheduler_steps", [1, 8], ids=["single-step", "multi-step"])
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["cuda-graphs", "eager"])
@@ -44,9 +53,7 @@ def test_greedy_on_cuda_equals_transformers_greedy(family, enforce_eager, num_sc
 @pytest.mark.timeout(300)
 def test_cuda_graphs_survive_sleep_wake_and_weight_updates():
     old, new = make_tiny_hf_model("qwen2", seed=0), make_tiny_hf_model("qwen2", seed=1)
-    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
-    engine = LLMEngine(old, config)
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    engine, params = cuda_engine(old), GREEDY_12
     engine.generate(PROMPTS, params)
     engine.sleep()
     engine.wake()
@@ -59,9 +66,7 @@ def test_cuda_graphs_survive_sleep_wake_and_weight_updates():
 @pytest.mark.timeout(300)
 def test_graphs_are_kept_when_the_cache_returns_to_its_address_and_recaptured_when_it_moves():
     hf = make_tiny_hf_model("qwen2", seed=0)
-    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
-    engine = LLMEngine(hf, config)
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    engine, params = cuda_engine(hf), GREEDY_12
     expected = [hf_greedy(hf, p, 12) for p in PROMPTS]
     engine.generate(PROMPTS, params)
     graphs = engine.runner.graphs
@@ -81,9 +86,7 @@ def test_graphs_are_kept_when_the_cache_returns_to_its_address_and_recaptured_wh
 @pytest.mark.timeout(300)
 def test_wake_without_sleep_keeps_the_graphs_as_with_free_cache_engine_false():
     hf = make_tiny_hf_model("qwen2", seed=0)
-    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
-    engine = LLMEngine(hf, config)
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    engine, params = cuda_engine(hf), GREEDY_12
     expected = [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)]
     captured = engine.runner.graphs.num_captures
     assert captured > 0
@@ -95,9 +98,7 @@ def test_wake_without_sleep_keeps_the_graphs_as_with_free_cache_engine_false():
 @pytest.mark.timeout(300)
 def test_close_drops_the_graphs_and_the_cache_and_wake_captures_them_again():
     hf = make_tiny_hf_model("qwen2", seed=0)
-    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
-    engine = LLMEngine(hf, config)
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    engine, params = cuda_engine(hf), GREEDY_12
     expected = [o.outputs[0].token_ids for o in engine.generate(PROMPTS, params)]
     engine.close()
     assert not engine.runner.graphs.graphs and not engine.runner.graphs.window_graphs

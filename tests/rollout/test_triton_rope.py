@@ -1,12 +1,8 @@
 """The fused RoPE + KV-cache write kernel equals the PyTorch path (ops.apply_rope, then attention.write_kv_cache).
 
-Runs on CUDA, or on the CPU under Triton's interpreter (`TRITON_INTERPRET=1` with triton installed); skipped
-elsewhere (CI's CPU machine has no Triton)."""
+Runs where `rollout_testkit.needs_triton` lets it: CUDA, or the CPU under Triton's interpreter."""
 
 from __future__ import annotations
-
-import importlib.util
-import os
 
 import pytest
 import torch
@@ -15,13 +11,10 @@ from hyflow.rollout.attention import AttentionMetadata, write_kv_cache
 from hyflow.rollout.models.ops import apply_rope
 from hyflow.rollout.models.rope import RotaryEmbedding
 
-ON_CUDA = torch.cuda.is_available()
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or not (ON_CUDA or INTERPRETED),
-    reason="needs Triton and CUDA (or TRITON_INTERPRET=1)",
-)
-DEVICE = "cuda" if ON_CUDA else "cpu"
+from .rollout_testkit import TRITON_DEVICE, needs_triton
+
+pytestmark = needs_triton
+DEVICE = TRITON_DEVICE
 
 
 def qkv_views(num_tokens: int, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype):

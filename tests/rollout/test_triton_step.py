@@ -1,14 +1,11 @@
 """The one-kernel end of a decode-window step (sampler combine, record, advance) equals the PyTorch path of
 multi_step.decode_step on the same logits and state.
 
-Runs on CUDA, or on the CPU under Triton's interpreter (`TRITON_INTERPRET=1` with triton installed); skipped
-elsewhere (CI's CPU machine has no Triton)."""
+Runs where `rollout_testkit.needs_triton` lets it: CUDA, or the CPU under Triton's interpreter."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
 
 import pytest
 import torch
@@ -16,12 +13,10 @@ import torch
 from hyflow.rollout.multi_step import DecodeState, decode_step
 from hyflow.rollout.sampler import SamplingTensors, gumbel_noise
 
-ON_CUDA = torch.cuda.is_available()
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or not (ON_CUDA or INTERPRETED),
-    reason="needs Triton and CUDA (or TRITON_INTERPRET=1)",
-)
+from .rollout_testkit import TRITON_DEVICE, needs_triton
+
+pytestmark = needs_triton
+ON_CUDA = TRITON_DEVICE == "cuda"
 BLOCK_SIZE, SCRATCH_SLOT = 4, 63 * 4
 TABLES = [
     [1, 2, 10, 11, 12, 13],

@@ -8,9 +8,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 from hyflow.config import PPOTrainerConfig, load_config
 from hyflow.data.prepare import prepare_task
 from hyflow.models.tiny import build_tiny_model
+from hyflow.trainer.placement import ACTOR_ROLLOUT
+from hyflow.trainer.ppo_trainer import PPOTrainer
+
+# A small custom reward whose score varies with the response text, so the random tiny model gets non-zero
+# advantages (the real arith scorer would give it 0 everywhere).
+REWARD_FILE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": (len(solution_str) % 5) / 4, "acc": float(str(ground_truth) in solution_str)}
+"""
 
 
 def build_assets(root: Path) -> dict[str, str]:
@@ -18,6 +29,14 @@ def build_assets(root: Path) -> dict[str, str]:
     model = build_tiny_model(root / "model", arch="qwen2", hidden_size=32, num_layers=2, intermediate_size=64)
     data = prepare_task("arith", root / "data", seed=0, train_size=16, test_size=4, num_digits=1)
     return {"model": model, "train": data["train"], "val": data["test"]}
+
+
+def build_assets_with_reward(root: Path) -> dict[str, str]:
+    """`build_assets` plus `REWARD_FILE` written under `root` (key "reward": its path)."""
+    found = build_assets(root)
+    (root / "reward.py").write_text(REWARD_FILE)
+    found["reward"] = str(root / "reward.py")
+    return found
 
 
 def tiny_overrides(assets: dict[str, str], out: Path) -> list[str]:
@@ -61,3 +80,23 @@ def read_metrics(log_dir: Path) -> list[dict]:
     """The `file` logger's lines: [{"step": N, "data": {...}}, ...]."""
     with (log_dir / "metrics.jsonl").open() as f:
         return [json.loads(line) for line in f]
+
+
+def train(assets: dict[str, str], out: Path, *overrides: str) -> tuple[list[dict], PPOTrainer, dict]:
+    """Build, train and close a trainer with `REWARD_FILE`; returns (metrics of each logged step, trainer, initial
+    actor weights)."""
+    config = tiny_config(assets, out, f"custom_reward_function.path={assets['reward']}", *overrides)
+    trainer = PPOTrainer(config)
+    trainer.init_workers()
+    before = actor_parameters(trainer)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    return read_metrics(trainer.tracking.log_dir), trainer, before
+
+
+def actor_parameters(trainer: PPOTrainer) -> dict[str, torch.Tensor]:
+    """The local actor's full weights, cloned."""
+    module = trainer.workers.local_role(ACTOR_ROLLOUT).actor.module
+    return {name: p.detach().full_tensor().clone() for name, p in module.named_parameters()}

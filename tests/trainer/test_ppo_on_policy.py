@@ -11,19 +11,14 @@ import logging
 import pytest
 import torch
 
-from tests.trainer.ppo_testkit import build_assets
-from tests.trainer.test_ppo_trainer import REWARD_FILE, _actor_parameters, train
+from tests.trainer.ppo_testkit import actor_parameters, build_assets_with_reward, train
 
 ONE_STEP_PER_BATCH = ["actor_rollout_ref.actor.ppo_mini_batch_size=4"]
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("on_policy")
-    found = build_assets(root)
-    (root / "reward.py").write_text(REWARD_FILE)
-    found["reward"] = str(root / "reward.py")
-    return found
+    return build_assets_with_reward(tmp_path_factory.mktemp("on_policy"))
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +42,7 @@ def test_grpo_with_one_update_per_batch_skips_the_old_log_prob_pass_and_still_re
     skipped = [r for r in caplog.records if r.getMessage().startswith("skipping the old-log-prob pass")]
     assert len(skipped) == 1
     assert "ppo_mini_batch_size=4 = data.train_batch_size=4" in skipped[0].getMessage()
-    after = _actor_parameters(trainer)
+    after = actor_parameters(trainer)
     assert any(not torch.equal(before[name], after[name]) for name in before)
 
 
@@ -62,7 +57,7 @@ def test_skipping_the_old_log_prob_pass_gives_the_same_first_update_as_recomputi
             f"actor_rollout_ref.actor.recompute_old_log_prob={setting}",
         ]
         steps, trainer, _ = train(assets, tmp_path / setting, *overrides)
-        runs[setting] = (steps[0]["data"], _actor_parameters(trainer))
+        runs[setting] = (steps[0]["data"], actor_parameters(trainer))
     (recomputed, recomputed_params), (skipped, skipped_params) = runs["True"], runs["auto"]
 
     assert "timing_s/old_log_prob" in recomputed and "timing_s/old_log_prob" not in skipped

@@ -15,46 +15,18 @@ import torch
 from hyflow import fields as F
 from hyflow.algorithms import compute_grpo_outcome_advantage, compute_policy_loss_vanilla
 from hyflow.algorithms.registry import register_adv_est, register_policy_loss
-from hyflow.trainer.placement import ACTOR_ROLLOUT
 from hyflow.trainer.ppo_trainer import PPOTrainer
-from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
-
-REWARD_FILE = """
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    return {"score": (len(solution_str) % 5) / 4, "acc": float(str(ground_truth) in solution_str)}
-"""
+from tests.trainer.ppo_testkit import actor_parameters, build_assets_with_reward, tiny_config, train
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ppo")
-    found = build_assets(root)
-    (root / "reward.py").write_text(REWARD_FILE)
-    found["reward"] = str(root / "reward.py")
-    return found
+    return build_assets_with_reward(tmp_path_factory.mktemp("ppo"))
 
 
 @pytest.fixture(autouse=True)
 def _run_in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the trackers write under ./logs/<project>/<experiment>
-
-
-def train(assets, out, *overrides):
-    """Build, train and close a trainer; returns (metrics of each logged step, trainer, initial actor weights)."""
-    config = tiny_config(assets, out, f"custom_reward_function.path={assets['reward']}", *overrides)
-    trainer = PPOTrainer(config)
-    trainer.init_workers()
-    before = _actor_parameters(trainer)
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
-    return read_metrics(trainer.tracking.log_dir), trainer, before
-
-
-def _actor_parameters(trainer) -> dict[str, torch.Tensor]:
-    module = trainer.workers.local_role(ACTOR_ROLLOUT).actor.module
-    return {name: p.detach().full_tensor().clone() for name, p in module.named_parameters()}
 
 
 @pytest.mark.timeout(120)
@@ -72,7 +44,7 @@ def test_grpo_on_the_local_backend_logs_every_stage_and_changes_the_actor(assets
     parts = sum(metrics[f"timing_s/gen/{phase}"] for phase in ("rollout_mode", "generate", "trainer_mode"))
     assert parts <= metrics["timing_s/gen"]  # the worker's phases lie within the controller's gen stage
     assert "timing_s/ref" not in metrics and "timing_s/values" not in metrics  # no KL, no critic
-    after = _actor_parameters(trainer)
+    after = actor_parameters(trainer)
     assert any(not torch.equal(before[name], after[name]) for name in before)
     assert (tmp_path / "ckpt" / "global_step_2" / "trainer_state.pt").is_file()  # saved at the last step
 
