@@ -89,6 +89,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--backend", choices=["local", "ray"], default="local", help="hyflow's trainer.backend")
     parser.add_argument("--gpus", type=int, default=1, help="hyflow's workers (trainer.n_gpus_per_node), Ray only")
+    parser.add_argument(
+        "--profile", action="store_true", help="print a cProfile of hyflow's steps 2..N (the host's side, by function)"
+    )
     args = parser.parse_args()
     if args.backend == "local" and args.gpus != 1:
         parser.error(f"--gpus={args.gpus} needs --backend ray (the local backend runs one process)")
@@ -228,6 +231,35 @@ def isolated_process_state(root: Path) -> Iterator[None]:
         os.environ.update(environ)
 
 
+def profile_steps_after_first(trainer: Any) -> None:
+    """Runs the generation (`_rollout`) and the rest (`train_step`) of every step after the first under cProfile;
+    the tables (by own time, then cumulative) print when the trainer closes."""
+    import cProfile
+    import pstats
+
+    host_profile, close = cProfile.Profile(), trainer.close
+
+    def profiled(method: Any) -> Any:
+        calls = [0]
+
+        def wrapper(*method_args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            if calls[0] == 1:
+                return method(*method_args, **kwargs)
+            with host_profile:
+                return method(*method_args, **kwargs)
+
+        return wrapper
+
+    def close_and_print() -> None:
+        close()
+        pstats.Stats(host_profile).sort_stats("tottime").print_stats(30)
+        pstats.Stats(host_profile).sort_stats("cumulative").print_stats(60)
+
+    trainer._rollout, trainer.train_step = profiled(trainer._rollout), profiled(trainer.train_step)
+    trainer.close = close_and_print
+
+
 def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
     """Train `--steps` GRPO steps with `PPOTrainer.fit()`; returns each step's seconds and `timing_s/*` stages."""
     from hyflow.config import load_config
@@ -235,6 +267,8 @@ def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> 
 
     with isolated_process_state(root):
         trainer = PPOTrainer(load_config(hyflow_overrides(args, assets, root)))
+        if args.profile:
+            profile_steps_after_first(trainer)
         try:
             trainer.init_workers()
             trainer.fit()

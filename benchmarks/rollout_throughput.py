@@ -4,6 +4,7 @@
     python benchmarks/rollout_throughput.py --tiny       # CPU: a tiny model, small shapes (minutes on a laptop)
     python benchmarks/rollout_throughput.py --no-hf      # engine only
     python benchmarks/rollout_throughput.py --no-hf --num-scheduler-steps 1   # one host round trip per token
+    python benchmarks/rollout_throughput.py --no-hf --no-async-scheduling     # no window queued ahead
     torchrun --nproc-per-node 2 benchmarks/rollout_throughput.py --tensor-parallel-size 2   # the engine, TP=2
 
 Cases: (a) 256 prompts x 256 prompt tokens -> 256 new tokens each (ignore_eos);
@@ -158,7 +159,7 @@ def profile_decode(engine: LLMEngine, prompts: list[list[int]], case: Case) -> N
         for _ in range(5):
             engine.step()
     sort_by = "cuda_time_total" if engine.device.type == "cuda" else "cpu_time_total"
-    print(prof.key_averages().table(sort_by=sort_by, row_limit=14, max_name_column_width=50))
+    print(prof.key_averages().table(sort_by=sort_by, row_limit=30, max_name_column_width=60))
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=6, max_name_column_width=50))
     while engine.has_unfinished_requests():
         engine.step()
@@ -177,6 +178,9 @@ def main() -> None:
         "--no-fused-step",
         action="store_true",
         help="end each decode-window step with PyTorch ops (sampler combine, record, advance) instead of one kernel",
+    )
+    parser.add_argument(
+        "--no-async-scheduling", action="store_true", help="read each decode window before queueing the next one"
     )
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of 5 decode windows")
     parser.add_argument("--trace", action="store_true", help="print the time of prefill and decode steps")
@@ -206,6 +210,7 @@ def main() -> None:
         kv_cache_bytes=2**26,
         enforce_eager=args.enforce_eager,
         num_scheduler_steps=args.num_scheduler_steps,
+        async_scheduling=not args.no_async_scheduling,
         tensor_parallel_size=args.tensor_parallel_size,
     )
     engine = LLMEngine(model, config)
@@ -219,6 +224,7 @@ def main() -> None:
         print(
             f"device={device} dtype={dtype} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
             f"kv_blocks={engine.block_manager.num_blocks} num_scheduler_steps={config.num_scheduler_steps} "
+            f"async_scheduling={config.async_scheduling} "
             f"tensor_parallel_size={config.tensor_parallel_size}"
         )
     for case in cases:

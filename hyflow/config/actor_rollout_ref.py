@@ -133,6 +133,7 @@ class RolloutConfig:
     max_model_len: int | None = None  # None: prompt_length + response_length
     enforce_eager: bool = False  # True: no CUDA graphs
     num_scheduler_steps: int = 8  # decode steps per host round trip (multi-step decode); 1: one per token
+    async_scheduling: bool = True  # queue the next decode window before reading the current one (host overlaps device)
     free_cache_engine: bool = True  # free the KV cache while training
     tensor_model_parallel_size: int = 1
     calculate_log_probs: bool = False  # return the engine's log-probs as `rollout_log_probs`

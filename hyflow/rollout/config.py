@@ -76,6 +76,10 @@ class EngineConfig:
     Outputs are identical for any value; 1 is one host round trip per token. 8 hides most of the host's per-step
     work on CUDA and costs nothing on CPU. Requests that arrive or abort during a window wait for its end.
 
+    `async_scheduling`: the engine queues the next decode window on the device before it reads the current one's
+    tokens, so the host appends tokens, checks stops and prepares inputs while the device computes. Outputs are
+    identical; a sequence that stops mid-window wastes its row of the next window. False: one window at a time.
+
     `tensor_parallel_size` > 1 splits the model over that many processes (one per device) of a torch.distributed
     group (parallel.py); every process of the group must make the same calls with the same requests (SPMD).
     """
@@ -93,6 +97,7 @@ class EngineConfig:
     enforce_eager: bool = False  # True: no CUDA graphs
     cuda_graph_max_batch: int = 512
     num_scheduler_steps: int = 8
+    async_scheduling: bool = True
     tensor_parallel_size: int = 1
     seed: int = 0
 

@@ -7,8 +7,9 @@
 Each `step()` asks the scheduler for the next batch, runs it (model_runner.py), appends the sampled tokens, ends the
 sequences that hit a stop condition, and returns the requests that finished. A decode `step()` is a window of up to
 `EngineConfig.num_scheduler_steps` forward steps with one host sync (multi_step.py); requests added or aborted
-meanwhile join or leave at the next `step()`. Bad requests raise `ValueError` in `add_request` before anything is
-queued, so the engine keeps serving the others.
+meanwhile join or leave at the next `step()`. With `EngineConfig.async_scheduling` the next window is queued on the
+device before the current one's tokens are read, so the host's work between windows overlaps the device's. Bad
+requests raise `ValueError` in `add_request` before anything is queued, so the engine keeps serving the others.
 
 Tensor parallelism (`EngineConfig.tensor_parallel_size`, parallel.py): each process of a TP group builds the engine
 with its shard of the model (`tp_group`, or groups of consecutive ranks of the torch.distributed world) and calls
@@ -32,8 +33,9 @@ from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.kv_cache import num_blocks_for_memory
 from hyflow.rollout.model_runner import ModelRunner
 from hyflow.rollout.models import load_model
+from hyflow.rollout.multi_step import LaunchedWindow
 from hyflow.rollout.parallel import TensorParallel
-from hyflow.rollout.scheduler import Scheduler
+from hyflow.rollout.scheduler import ScheduledBatch, Scheduler
 from hyflow.rollout.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
 
 logger = logging.getLogger(__name__)
@@ -91,6 +93,8 @@ class LLMEngine:
         self._seed_source = random.Random(config.seed)
         self.last_step_was_prefill = False  # for step-time metrics
         self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
+        self._in_flight: LaunchedWindow | None = None  # the window queued behind the last one read (async scheduling)
+        self.num_windows_queued_ahead = 0  # a diagnostic: windows queued before the one before them was read
         self._next_id = 0
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -158,20 +162,44 @@ class LLMEngine:
         """Runs one forward step, or a decode window of several (multi_step.py); returns the requests that finished.
 
         After a window each sequence takes its tokens one by one through the stop checks, exactly as after single
-        steps; the tokens after a stop are dropped.
+        steps; the tokens after a stop are dropped. With async scheduling the next window is queued on the device
+        before this one's tokens are read (scheduler.py), and that queued window is this method's next window.
         """
         self.runner.require_awake()  # before scheduling: a failed step must leave the queue as it was
-        batch = self.scheduler.schedule()
-        self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
-        if not batch.seqs:
-            return []
-        if batch.is_window:
-            tokens, log_probs, raw = self.runner.run_window(batch.seqs, batch.num_steps, batch.step_counts)
-        else:
-            columns = self.runner.run(batch.seqs)
-            tokens, log_probs, raw = (None if col is None else [[value] for value in col] for col in columns)
+        window, self._in_flight = self._in_flight, None
+        if window is not None and all(seq.status == SequenceStatus.FINISHED for seq in window.batch.seqs):
+            window = None  # every row stopped in the window before (or was aborted): nothing to read
+        if window is None:
+            batch = self.scheduler.schedule()
+            self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
+            if not batch.seqs:
+                return []
+            if not batch.is_window:
+                columns = self.runner.run(batch.seqs)
+                tokens, log_probs, raw = (None if col is None else [[value] for value in col] for col in columns)
+                return self._take_outputs(batch, tokens, log_probs, raw)
+            window = self.runner.launch_window(batch)
+        self.last_step_was_prefill, self.last_num_steps = False, window.batch.num_steps
+        if self.config.async_scheduling:
+            following = self.scheduler.schedule_next_window(window.batch)
+            if following is not None:
+                self._in_flight = self.runner.launch_window(following, after=window)
+                self.num_windows_queued_ahead += 1
+        return self._take_outputs(window.batch, *self.runner.read_window(window))
+
+    def _take_outputs(
+        self,
+        batch: ScheduledBatch,
+        tokens: list[list[int]],
+        log_probs: list[list[float]],
+        raw: list[list[float]] | None,
+    ) -> list[RequestOutput]:
+        """Appends a step's or window's tokens to its running sequences (skipping those that ended meanwhile);
+        returns the requests that finished."""
         finished: list[RequestOutput] = []
         for i, seq in enumerate(batch.seqs):
+            if seq.status != SequenceStatus.RUNNING:  # stopped in the window before, or aborted
+                continue
             start = seq.num_computed_tokens
             count = batch.step_counts[i] if batch.is_window else 1
             reason = self._append_tokens(seq, tokens[i][:count], log_probs[i], None if raw is None else raw[i])
@@ -272,8 +300,16 @@ class LLMEngine:
         return [results[i] for i in ids]
 
     # ---- training integration -------------------------------------------------------------------------------
+    def _drop_in_flight(self) -> None:
+        """Forgets the window queued on the device, once the device is done with it (so that nothing queued
+        writes to a freed KV cache). Its sequences are recomputed later and sample the same tokens again."""
+        window, self._in_flight = self._in_flight, None
+        if window is not None and window.ready is not None:
+            window.ready.synchronize()
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Copies HF-named tensors into the model in place; cached prefixes (old weights) are forgotten."""
+        self._drop_in_flight()  # it computes with the old weights
         count = self.model.load_weights(weights)
         self.scheduler.preempt_all()
         self.block_manager.reset()
@@ -281,6 +317,7 @@ class LLMEngine:
 
     def sleep(self) -> None:
         """Frees the KV cache (for training); running requests are recomputed after `wake()`."""
+        self._drop_in_flight()
         self.scheduler.preempt_all()
         self.block_manager.reset()
         self.runner.sleep()

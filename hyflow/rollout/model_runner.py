@@ -1,6 +1,6 @@
 """Runs one engine step on the device: flatten the scheduled sequences into model inputs, forward over the paged
 KV cache, and sample. On CUDA, decode steps replay CUDA graphs captured for a ladder of batch sizes. A decode window
-(`run_window`) runs several decode steps without a host round trip (multi_step.py).
+(`launch_window`, then `read_window`) runs several decode steps without a host round trip (multi_step.py).
 
 Inputs of one step (T new tokens from B sequences, see attention.py for the metadata):
     input_ids (T,), positions (T,), AttentionMetadata; logits (B, V) at each sequence's last new token.
@@ -18,8 +18,9 @@ from hyflow.rollout.config import EngineConfig
 from hyflow.rollout.cuda_graphs import DecodeGraphs
 from hyflow.rollout.kv_cache import KVCache
 from hyflow.rollout.models.llama import DecoderForCausalLM
-from hyflow.rollout.multi_step import decode_step, new_decode_state, read_window
+from hyflow.rollout.multi_step import LaunchedWindow, decode_step, new_decode_state, read_window, send_outputs
 from hyflow.rollout.sampler import SamplingTensors, sample
+from hyflow.rollout.scheduler import ScheduledBatch
 from hyflow.rollout.sequence import Sequence
 
 _TYPECODES = {torch.long: "q", torch.float32: "f"}
@@ -80,14 +81,23 @@ def prepare_inputs(
 
 
 def _prepare_decode(
-    seqs: list[Sequence], block_size: int, pad_block: int, max_blocks: int, device: torch.device
+    seqs: list[Sequence],
+    block_size: int,
+    pad_block: int,
+    max_blocks: int,
+    device: torch.device,
+    pending: list[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-    """`prepare_inputs` when every sequence brings exactly one new token (its last sampled one)."""
+    """`prepare_inputs` when every sequence brings exactly one new token (its last sampled one). With `pending`
+    (a window queued behind another), sequence i's token is `pending[i]` positions further on and not on the host
+    yet: the returned input ids are placeholders for the caller to replace."""
     input_ids, positions, slots, tables = [], [], [], []
     padding = [pad_block] * max_blocks
-    for seq in seqs:
+    for i, seq in enumerate(seqs):
         last, table = seq.num_tokens - 1, seq.block_table
         input_ids.append(seq.token_ids[last])
+        if pending is not None:
+            last += pending[i]
         positions.append(last)
         slots.append(table[last // block_size] * block_size + last % block_size)
         tables += table
@@ -107,11 +117,18 @@ def _prepare_decode(
     return ids_t, positions_t, meta
 
 
-def prepare_sampling(seqs: list[Sequence], device: torch.device) -> SamplingTensors:
+def _output_indices(seqs: list[Sequence], pending: list[int] | None) -> list[int]:
+    """Per sequence, the output index of the token the next step samples (the sampler's counter)."""
+    if pending is None:
+        return [seq.num_output_tokens for seq in seqs]
+    return [seq.num_output_tokens + ahead for seq, ahead in zip(seqs, pending)]
+
+
+def prepare_sampling(seqs: list[Sequence], device: torch.device, pending: list[int] | None = None) -> SamplingTensors:
     """Per-row sampling settings, sent in two copies (one float, one integer)."""
     params = [seq.params for seq in seqs]
     floats = _to_device([p.temperature for p in params] + [p.top_p for p in params], torch.float32, device)
-    ints = [p.top_k for p in params] + [seq.seed for seq in seqs] + [seq.num_output_tokens for seq in seqs]
+    ints = [p.top_k for p in params] + [seq.seed for seq in seqs] + _output_indices(seqs, pending)
     top_k, seeds, counters = _to_device(ints, torch.long, device).view(3, len(seqs))
     temperatures, top_p = floats.view(2, len(seqs))
     return SamplingTensors(
@@ -171,25 +188,29 @@ class ModelRunner:
         return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist()
 
     @torch.inference_mode()
-    def run_window(
-        self, seqs: list[Sequence], num_steps: int, step_counts: list[int]
-    ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
-        """`num_steps` decode steps, sequence i taking part in the first `step_counts[i]`; per sequence its
-        `num_steps` tokens, log-probs and raw log-probs (or None); entries past its step count are meaningless."""
+    def launch_window(self, batch: ScheduledBatch, after: LaunchedWindow | None = None) -> LaunchedWindow:
+        """Queues a decode window of `batch.num_steps` steps (sequence i taking part in the first
+        `batch.step_counts[i]`) and the copy of its outputs to the host, without waiting for either; `read_window`
+        returns the outputs. With `after` (the window before, still on the device), each sequence starts from its
+        last token there and `batch.pending[i]` positions further on."""
         self.require_awake()
         if self.device.type != "cuda":
-            return self._run_window(seqs, num_steps, step_counts)
+            return self._launch_window(batch, after)
         with torch.cuda.device(self.device):
-            return self._run_window(seqs, num_steps, step_counts)
+            return self._launch_window(batch, after)
 
-    def _run_window(
-        self, seqs: list[Sequence], num_steps: int, step_counts: list[int]
-    ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
-        scratch = self.kv_cache.scratch_block
-        input_ids, positions, meta = prepare_inputs(seqs, self.block_size, scratch, self.device)
-        assert meta.query_index.shape[1] == 1, "a decode window needs one new token per sequence"
-        sampling = self._sampling_for_window(seqs)
-        steps_left = _to_device([count - 1 for count in step_counts], torch.long, self.device)
+    def _launch_window(self, batch: ScheduledBatch, after: LaunchedWindow | None) -> LaunchedWindow:
+        seqs, num_steps, scratch = batch.seqs, batch.num_steps, self.kv_cache.scratch_block
+        if after is None:
+            input_ids, positions, meta = prepare_inputs(seqs, self.block_size, scratch, self.device)
+            assert meta.query_index.shape[1] == 1, "a decode window needs one new token per sequence"
+        else:
+            max_blocks = max(len(seq.block_table) for seq in seqs)
+            _, positions, meta = _prepare_decode(seqs, self.block_size, scratch, max_blocks, self.device, batch.pending)
+            row_of = {seq.seq_id: row for row, seq in enumerate(after.batch.seqs)}
+            input_ids = after.last_tokens[_to_device([row_of[seq.seq_id] for seq in seqs], torch.long, self.device)]
+        sampling = self._sampling_for_window(seqs, batch.pending)
+        steps_left = _to_device([count - 1 for count in batch.step_counts], torch.long, self.device)
         if self.graphs is not None and self.graphs.fits_window(len(seqs), meta, num_steps):
             state = self.graphs.replay_window(input_ids, positions, meta, sampling, steps_left, num_steps)
         else:
@@ -197,17 +218,23 @@ class ModelRunner:
             step_meta = state.metadata()
             for _ in range(num_steps):
                 decode_step(self.forward, state, step_meta, self.block_size, scratch * self.block_size)
-        # One deliberate host sync per window: the scheduler needs the sampled tokens.
-        return read_window(state, len(seqs), num_steps)
+        return send_outputs(state, batch)
 
-    def _sampling_for_window(self, seqs: list[Sequence]) -> SamplingTensors:
+    def read_window(
+        self, window: LaunchedWindow
+    ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
+        """Per sequence of a launched window its `num_steps` tokens, log-probs and raw log-probs (or None); entries
+        past its step count are meaningless. The one deliberate host sync of a window: the scheduler needs them."""
+        return read_window(window)
+
+    def _sampling_for_window(self, seqs: list[Sequence], pending: list[int] | None) -> SamplingTensors:
         """A window's sampling settings. The per-row constants (temperature, top-k, top-p, seed) are built and sent
         again only when the batch changed since the last window; the counters (output indices) every window."""
         key = tuple(seq.seq_id for seq in seqs)
         if self._window_sampling is None or self._window_sampling[0] != key:
-            self._window_sampling = (key, prepare_sampling(seqs, self.device))
+            self._window_sampling = (key, prepare_sampling(seqs, self.device, pending))
             return self._window_sampling[1]
-        counters = _to_device([seq.num_output_tokens for seq in seqs], torch.long, self.device)
+        counters = _to_device(_output_indices(seqs, pending), torch.long, self.device)
         return dataclasses.replace(self._window_sampling[1], counters=counters)
 
     def sleep(self) -> None:

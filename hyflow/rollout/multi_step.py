@@ -13,6 +13,11 @@ tokens and runs the stop checks token by token (engine.py); a row that stopped a
 The tokens are those of K single steps: step k+1 sees the same cache and inputs a separate step would, and the
 sampler's noise depends only on (seed, output index). On CUDA one step (forward, sample, record, advance) is one
 CUDA graph (cuda_graphs.py), so the host only launches K replays.
+
+A launched window (`send_outputs`) also queues the copy of its outputs to pinned host memory and records an event;
+`read_window` waits for that event only, so the engine can queue the next window first (async scheduling, see
+scheduler.py) and append this window's tokens while the device runs the next one. The next window takes its first
+inputs from `LaunchedWindow.last_tokens` on the device.
 Shapes: B sequences (rows), K steps of the window, M blocks per sequence.
 """
 
@@ -26,6 +31,7 @@ import torch
 from hyflow.rollout import triton_kernels, triton_step
 from hyflow.rollout.attention import AttentionMetadata
 from hyflow.rollout.sampler import SamplingTensors, sample
+from hyflow.rollout.scheduler import ScheduledBatch
 
 Forward = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
 
@@ -115,11 +121,41 @@ def decode_step(
     advance(state, tokens, block_size, scratch_slot)
 
 
-def read_window(
-    state: DecodeState, batch: int, num_steps: int
-) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
-    """The window's outputs per row (tokens, log-probs, raw log-probs or None), K each: the one host sync."""
-    tokens = state.tokens[:batch, :num_steps].tolist()
-    log_probs = state.log_probs[:batch, :num_steps].tolist()
-    raw = None if state.raw_log_probs is None else state.raw_log_probs[:batch, :num_steps].tolist()
-    return tokens, log_probs, raw
+@dataclass
+class LaunchedWindow:
+    """A decode window queued on the device: its batch, its outputs on their way to the host, and each row's last
+    token on the device (the first input of the window queued behind it)."""
+
+    batch: ScheduledBatch
+    outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # (B, K) tokens, log-probs, raw log-probs
+    last_tokens: torch.Tensor  # (B,) long, on the device
+    ready: torch.cuda.Event | None  # recorded after the copies to the host (CUDA)
+
+
+def send_outputs(state: DecodeState, batch: ScheduledBatch) -> LaunchedWindow:
+    """Queues the copy of a window's outputs to the host behind its steps, without waiting (on CUDA into pinned
+    memory): the device buffers, shared by all windows of a CUDA graph, may then be overwritten by the next window."""
+    rows, steps = len(batch.seqs), batch.num_steps
+    raw = None if state.raw_log_probs is None else state.raw_log_probs[:rows, :steps]
+    views = (state.tokens[:rows, :steps], state.log_probs[:rows, :steps], raw)
+    last_tokens = state.tokens[:rows, steps - 1].clone()
+    if not state.tokens.is_cuda:
+        return LaunchedWindow(batch, tuple(None if view is None else view.clone() for view in views), last_tokens, None)
+    host = tuple(None if view is None else _to_pinned_host(view) for view in views)
+    ready = torch.cuda.Event()
+    ready.record()
+    return LaunchedWindow(batch, host, last_tokens, ready)
+
+
+def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy in pinned host memory, queued on the current stream (valid once an event recorded after it fired)."""
+    return torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor, non_blocking=True)
+
+
+def read_window(window: LaunchedWindow) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
+    """The window's outputs per row (tokens, log-probs, raw log-probs or None), K each; waits for this window
+    only, not for one queued behind it."""
+    if window.ready is not None:
+        window.ready.synchronize()
+    tokens, log_probs, raw = window.outputs
+    return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist()

@@ -76,6 +76,11 @@ def sample(logits: torch.Tensor, st: SamplingTensors) -> tuple[torch.Tensor, tor
     """(token ids (B,), log-probs under the sampled distribution (B,), raw log-probs (B,) or None)."""
     if logits.is_cuda and not st.need_filter and triton_kernels.available():
         return sample_fused(logits, st)
+    return sample_torch(logits, st)
+
+
+def sample_torch(logits: torch.Tensor, st: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`sample` in PyTorch ops (any device; the reference the fused kernel is tested against)."""
     logits = logits.float()
     greedy = st.temperatures == 0
     scaled = logits / torch.where(greedy, 1.0, st.temperatures).unsqueeze(1)

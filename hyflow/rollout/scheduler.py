@@ -10,6 +10,12 @@ sequence takes part in at most its remaining token budget (`max_tokens`, `max_mo
 the rest, and the window is as long as the largest budget. When the free blocks cannot hold the window, it shrinks
 step by step; a window of one step is a plain decode step.
 
+With async scheduling (`EngineConfig.async_scheduling`) the engine queues the next window while the device still
+runs the current one (`schedule_next_window`): it assumes every sequence takes all its steps in the current window,
+so it starts `pending` tokens further on, reserves slots for both windows, and leaves out the sequences whose
+budget the current window uses up. A sequence that stops early in the current window wastes its row of the next
+one; its outputs there are dropped. Nothing is queued ahead while sequences wait to be admitted or blocks are short.
+
 When a decode needs a new block and none is free, the most recently admitted running sequence is preempted: its
 blocks are freed and it goes back to the front of the queue, to be recomputed from its tokens later (its full
 blocks are usually still found by hash). The sampler's randomness depends only on (seed, token index), so a
@@ -32,12 +38,14 @@ logger = logging.getLogger(__name__)
 @dataclass
 class ScheduledBatch:
     """The sequences of the next forward step (prefill or decode), or of a decode window of `num_steps` steps in
-    which sequence i runs the first `step_counts[i]` steps (its remaining token budget) and then idles."""
+    which sequence i runs the first `step_counts[i]` steps (its remaining token budget) and then idles. A window
+    queued behind another starts `pending[i]` tokens after sequence i's last appended token."""
 
     seqs: list[Sequence]
     is_prefill: bool
     num_steps: int = 1
     step_counts: list[int] = field(default_factory=list)  # one per sequence when num_steps > 1
+    pending: list[int] | None = None  # per sequence: tokens the window before this one is still producing
 
     @property
     def is_window(self) -> bool:
@@ -78,6 +86,27 @@ class Scheduler:
         for seq, count in zip(self.running, step_counts):
             self.block_manager.reserve_slots(seq, count)
         return ScheduledBatch(list(self.running), False, num_steps, step_counts)
+
+    def schedule_next_window(self, window: ScheduledBatch) -> ScheduledBatch | None:
+        """The decode window to queue behind `window` (running on the device, its tokens not appended yet), as if
+        every sequence takes all its steps there; None when sequences wait for admission, when fewer than two steps
+        are left, or when the free blocks cannot hold both windows (the engine then waits and schedules as usual)."""
+        if self.waiting:
+            return None
+        rows = [(seq, count, self.token_budget(seq) - count) for seq, count in zip(window.seqs, window.step_counts)]
+        rows = [row for row in rows if row[0].status == SequenceStatus.RUNNING and row[2] > 0]
+        seqs, pending, budgets = [row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]
+        num_steps = min(self.num_scheduler_steps, max(budgets, default=0))
+        if num_steps < 2:
+            return None
+        step_counts = [min(num_steps, budget) for budget in budgets]
+        spans = [ahead + count for ahead, count in zip(pending, step_counts)]
+        reserve = self.block_manager.num_blocks_to_reserve
+        if sum(reserve(seq, span) for seq, span in zip(seqs, spans)) > self.block_manager.num_free_blocks:
+            return None
+        for seq, span in zip(seqs, spans):
+            self.block_manager.reserve_slots(seq, span)
+        return ScheduledBatch(seqs, False, num_steps, step_counts, pending)
 
     def token_budget(self, seq: Sequence) -> int:
         """How many more tokens a running sequence may generate before `max_tokens` or `max_model_len`."""

@@ -24,6 +24,9 @@ except ImportError:  # CPU-only installs: the PyTorch paths run instead (triton_
 
 SAMPLE_BLOCK = 2048  # logits per loop iteration of a sampler program
 SPLIT_SIZE = 8 * SAMPLE_BLOCK  # logits per sampler program: 152k vocabulary → 10 programs per row
+# Decode attention: keys per loop iteration and the launch, from benchmarks/decode_kernels.py's sweep on an H200
+# (1.29x / 1.34x the former 64 keys, 3 stages at 64 / 256 sequences).
+DECODE_LAUNCH = {"block_n": 128, "num_warps": 4, "num_stages": 2}
 
 
 @functools.cache
@@ -164,8 +167,13 @@ def decode_attention(
     positions: torch.Tensor,
     scale: float,
     window: int | None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
-    """Attention of one new query per sequence (B, H, D) over its cached context (positions 0..pos); (B, H, D)."""
+    """Attention of one new query per sequence (B, H, D) over its cached context (positions 0..pos); (B, H, D).
+    `block_n` (keys per loop iteration), `num_warps`, `num_stages`: None takes `DECODE_LAUNCH`'s (the benchmark
+    benchmarks/decode_kernels.py sweeps them)."""
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
@@ -190,8 +198,10 @@ def decode_attention(
         HEAD_DIM=head_dim,
         DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_SIZE=block_size,
-        BLOCK_N=64,
+        BLOCK_N=block_n or DECODE_LAUNCH["block_n"],
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=num_warps or DECODE_LAUNCH["num_warps"],
+        num_stages=num_stages or DECODE_LAUNCH["num_stages"],
     )
     return out
 

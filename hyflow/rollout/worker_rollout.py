@@ -76,6 +76,7 @@ def engine_config_from_rollout(config: Any) -> EngineConfig:
         device=device,
         enforce_eager=config.enforce_eager,
         num_scheduler_steps=config.num_scheduler_steps,
+        async_scheduling=config.async_scheduling,
         tensor_parallel_size=config.tensor_model_parallel_size,
     )
 

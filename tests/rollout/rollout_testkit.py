@@ -1,5 +1,6 @@
 """Test kit for the rollout tests: tiny Hugging Face models of each decoder family, built from config with a
-fixed seed (nothing downloaded), the `transformers` greedy reference, and left-padded prompt batches."""
+fixed seed (nothing downloaded), the `transformers` greedy reference, left-padded prompt batches, and the engine's
+outputs compared run against run."""
 
 from __future__ import annotations
 
@@ -83,6 +84,24 @@ def hf_greedy(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) ->
         min_new_tokens=max_new_tokens,
     )
     return out[0, len(prompt) :].tolist()
+
+
+def engine_outputs(engine, prompts: list[list[int]], params) -> list[list[tuple]]:
+    """`engine.generate`'s outputs per request, per sample: (token ids, finish reason, log-probs, raw log-probs)."""
+    return [
+        [(o.token_ids, o.finish_reason, o.log_probs, o.raw_log_probs) for o in request.outputs]
+        for request in engine.generate(prompts, params)
+    ]
+
+
+def assert_same_outputs(actual: list[list[tuple]], expected: list[list[tuple]]) -> None:
+    """Equal tokens and finish reasons, log-probs (and raw ones, when expected) equal to 1e-5."""
+    assert [[s[:2] for s in r] for r in actual] == [[s[:2] for s in r] for r in expected]
+    for actual_request, expected_request in zip(actual, expected):
+        for (_, _, log_probs, raw), (_, _, expected_log_probs, expected_raw) in zip(actual_request, expected_request):
+            torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(expected_log_probs), atol=1e-5, rtol=1e-5)
+            if expected_raw is not None:
+                torch.testing.assert_close(torch.tensor(raw), torch.tensor(expected_raw), atol=1e-5, rtol=1e-5)
 
 
 def prompt_batch(prompts: list[list[int]], **meta) -> DataProto:

@@ -143,9 +143,33 @@ def test_multi_step_windows_on_cuda_equal_single_steps(enforce_eager):
         assert engines[8].runner.graphs.window_graphs, "no decode-window CUDA graph was captured"
 
 
+@pytest.mark.timeout(300)
+def test_async_scheduling_through_the_cuda_graphs_gives_the_outputs_of_one_window_at_a_time():
+    """bf16 with graphs, the engine's own setting: the windows' outputs reach the host through pinned copies
+    queued behind them, while the next window (queued first) overwrites the graphs' buffers."""
+    hf = make_tiny_hf_model("qwen2")
+    params = [
+        SamplingParams(n=4, temperature=1.0, max_tokens=45, seed=5, ignore_eos=True, raw_log_probs=True),
+        SamplingParams(temperature=0, max_tokens=30, ignore_eos=True),
+        SamplingParams(n=2, temperature=0.8, max_tokens=37, seed=3, ignore_eos=True),
+    ]
+    results, engines = {}, {}
+    for async_scheduling in (False, True):
+        config = EngineConfig(
+            block_size=4, max_model_len=64, num_kv_blocks=256, device="cuda", async_scheduling=async_scheduling
+        )
+        engines[async_scheduling] = engine = LLMEngine(hf, config)
+        results[async_scheduling] = [o for r in engine.generate(PROMPTS * 2, params * 2) for o in r.outputs]
+    for queued, one_at_a_time in zip(results[True], results[False]):
+        assert (queued.token_ids, queued.finish_reason) == (one_at_a_time.token_ids, one_at_a_time.finish_reason)
+        assert queued.log_probs == one_at_a_time.log_probs
+        assert queued.raw_log_probs == one_at_a_time.raw_log_probs
+    assert engines[True].num_windows_queued_ahead > 4 and engines[True].runner.graphs.window_graphs
+
+
 @pytest.mark.parametrize("vocab_size", [5000, 40000], ids=["one-split", "three-splits"])
 def test_triton_fused_sampler_draws_the_same_tokens_as_the_pytorch_sampler(vocab_size):
-    from hyflow.rollout.sampler import SamplingTensors, sample, sample_fused
+    from hyflow.rollout.sampler import SamplingTensors, sample_fused, sample_torch
 
     torch.manual_seed(0)
     logits = (torch.randn(64, vocab_size) * 3).cuda()  # the kernel cuts the vocabulary into 16k splits
@@ -155,11 +179,13 @@ def test_triton_fused_sampler_draws_the_same_tokens_as_the_pytorch_sampler(vocab
         top_p=torch.ones(64).cuda(),
         seeds=torch.arange(64).cuda(),
         counters=torch.arange(64).cuda() * 7,
-        need_filter=True,
+        need_filter=False,
         need_raw=True,
     )
     st.temperatures[:4] = 0  # greedy rows
-    reference = sample(logits, st)  # need_filter=True takes the PyTorch path (the filters are off anyway)
+    logits[4, 100:103] = logits[4].max() + 1  # a greedy row with a three-way tie at the top: the first index wins
+    st.temperatures[4] = 0
+    reference = sample_torch(logits, st)
     fused = sample_fused(logits, st)
     assert torch.equal(fused[0], reference[0])
     torch.testing.assert_close(fused[1], reference[1], atol=1e-4, rtol=1e-4)

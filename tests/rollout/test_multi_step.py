@@ -19,7 +19,7 @@ from hyflow.rollout.sampler import SamplingTensors
 from hyflow.rollout.scheduler import Scheduler
 from hyflow.rollout.sequence import Sequence
 
-from .rollout_testkit import make_tiny_hf_model
+from .rollout_testkit import assert_same_outputs, engine_outputs, make_tiny_hf_model
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]]
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
@@ -36,26 +36,9 @@ def _engine(hf, steps: int, **overrides) -> LLMEngine:
     return LLMEngine(hf, EngineConfig(num_scheduler_steps=steps, **settings))
 
 
-def _outputs(engine: LLMEngine, prompts, params) -> list[list[tuple]]:
-    """Per request, per sample: (token ids, finish reason, log-probs, raw log-probs)."""
-    return [
-        [(o.token_ids, o.finish_reason, o.log_probs, o.raw_log_probs) for o in request.outputs]
-        for request in engine.generate(prompts, params)
-    ]
-
-
-def _assert_same(multi: list[list[tuple]], single: list[list[tuple]]) -> None:
-    assert [[s[:2] for s in r] for r in multi] == [[s[:2] for s in r] for r in single]
-    for multi_request, single_request in zip(multi, single):
-        for (_, _, log_probs, raw), (_, _, expected, expected_raw) in zip(multi_request, single_request):
-            torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(expected), atol=1e-5, rtol=1e-5)
-            if expected_raw is not None:
-                torch.testing.assert_close(torch.tensor(raw), torch.tensor(expected_raw), atol=1e-5, rtol=1e-5)
-
-
 @pytest.mark.timeout(120)
 def test_greedy_windows_equal_single_steps_with_eos_stop_ids_and_max_tokens_landing_mid_window(hf):
-    free = _outputs(_engine(hf, 1), PROMPTS, GREEDY)
+    free = engine_outputs(_engine(hf, 1), PROMPTS, GREEDY)
     # Output index 0 comes from the prefill, then windows of 8 cover indices 1-8, 9-16: stop inside them.
     stop_token, eos_token = free[0][0][0][4], free[1][0][0][11]
     params = [
@@ -67,9 +50,9 @@ def test_greedy_windows_equal_single_steps_with_eos_stop_ids_and_max_tokens_land
     for steps in (1, 3, 8):
         engine = _engine(hf, steps)
         engine.eos_token_ids = {eos_token}
-        runs[steps] = _outputs(engine, PROMPTS, params)
-    _assert_same(runs[3], runs[1])
-    _assert_same(runs[8], runs[1])
+        runs[steps] = engine_outputs(engine, PROMPTS, params)
+    assert_same_outputs(runs[3], runs[1])
+    assert_same_outputs(runs[8], runs[1])
     lengths = [len(r[0][0]) for r in runs[1]]
     assert [r[0][1] for r in runs[1]] == ["stop", "stop", "length"] and lengths[2] == 6
     assert lengths[0] <= 5 and lengths[1] <= 12 and all((n - 1) % 8 for n in lengths)  # not a window's last token
@@ -82,9 +65,9 @@ def test_seeded_sampling_with_n_samples_and_log_probs_is_the_same_in_windows_and
         SamplingParams(n=2, temperature=0.7, top_k=20, top_p=0.9, max_tokens=11, seed=9, ignore_eos=True),
         SamplingParams(temperature=1.3, max_tokens=4, seed=1),
     ]
-    single = _outputs(_engine(hf, 1), PROMPTS, params)
-    multi = _outputs(_engine(hf, 8), PROMPTS, params)
-    _assert_same(multi, single)
+    single = engine_outputs(_engine(hf, 1), PROMPTS, params)
+    multi = engine_outputs(_engine(hf, 8), PROMPTS, params)
+    assert_same_outputs(multi, single)
     assert len({tuple(sample[0]) for sample in single[0]}) > 1  # the n samples differ
 
 
@@ -110,18 +93,18 @@ def test_a_stop_string_completed_mid_window_ends_the_sequence_as_in_single_steps
 
 
 @pytest.mark.timeout(120)
-def test_a_kv_cache_too_small_for_full_windows_still_gives_the_single_step_outputs(hf):
+def test_a_kv_cache_too_small_for_full_windows_still_gives_the_single_stepengine_outputs(hf):
     params = SamplingParams(temperature=0.8, max_tokens=24, seed=3, ignore_eos=True)
-    expected = _outputs(_engine(hf, 1), PROMPTS * 2, params)
+    expected = engine_outputs(_engine(hf, 1), PROMPTS * 2, params)
     small = _engine(hf, 8, num_kv_blocks=14)
-    _assert_same(_outputs(small, PROMPTS * 2, params), expected)
+    assert_same_outputs(engine_outputs(small, PROMPTS * 2, params), expected)
     assert small.scheduler.num_preemptions > 0
 
 
 @pytest.mark.timeout(120)
 def test_async_requests_joining_during_windows_match_their_alone_runs(hf):
     params = [SamplingParams(temperature=0.9, max_tokens=10 + 5 * i, seed=i, ignore_eos=True) for i in range(3)]
-    alone = [_outputs(_engine(hf, 1), [prompt], [p])[0] for prompt, p in zip(PROMPTS, params)]
+    alone = [engine_outputs(_engine(hf, 1), [prompt], [p])[0] for prompt, p in zip(PROMPTS, params)]
     async_engine = AsyncLLMEngine(_engine(hf, 8))
 
     async def main():
@@ -133,7 +116,7 @@ def test_async_requests_joining_during_windows_match_their_alone_runs(hf):
 
     outputs = asyncio.run(main())
     joined = [[(o.token_ids, o.finish_reason, o.log_probs, o.raw_log_probs) for o in r.outputs] for r in outputs]
-    _assert_same(joined, alone)
+    assert_same_outputs(joined, alone)
 
 
 def _follow_up_turn(engine: LLMEngine, tokens: list[int]) -> tuple[int, list[list[tuple]]]:
@@ -146,7 +129,7 @@ def _follow_up_turn(engine: LLMEngine, tokens: list[int]) -> tuple[int, list[lis
         return run(seqs)
 
     engine.runner.run = recording_run
-    outputs = _outputs(engine, [[*tokens, 5, 6]], GREEDY)
+    outputs = engine_outputs(engine, [[*tokens, 5, 6]], GREEDY)
     return computed_at_prefill[0], outputs
 
 
@@ -163,7 +146,7 @@ def test_windows_register_the_same_prefix_blocks_as_single_steps_and_a_follow_up
         cached, follow_ups[steps] = _follow_up_turn(engine, PROMPTS[2] + outputs[2].outputs[0].token_ids)
         assert cached == 32  # 8 full blocks of 4
     assert hashes[8] == hashes[1]
-    _assert_same(follow_ups[8], follow_ups[1])
+    assert_same_outputs(follow_ups[8], follow_ups[1])
 
 
 class EagerGraph:
@@ -190,17 +173,17 @@ class EagerDecodeGraphs(DecodeGraphs):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("full_width_tables", [False, True], ids=["power-of-two-blocks", "full-width-blocks"])
-def test_the_graph_path_buffers_and_padding_give_the_single_step_outputs(hf, full_width_tables):
+def test_the_graph_path_buffers_and_padding_give_the_single_stepengine_outputs(hf, full_width_tables):
     params = [
         SamplingParams(n=2, temperature=1.0, max_tokens=30, seed=4, ignore_eos=True, raw_log_probs=True),
         SamplingParams(temperature=0, max_tokens=9, ignore_eos=True),
         SamplingParams(temperature=0.8, top_k=10, max_tokens=26, seed=2, ignore_eos=True),
     ]
-    expected = _outputs(_engine(hf, 1), PROMPTS, params)
+    expected = engine_outputs(_engine(hf, 1), PROMPTS, params)
     engine = _engine(hf, 8)
     engine.runner.graphs = graphs = EagerDecodeGraphs(engine.runner, engine.config)
     graphs.full_width_tables = full_width_tables
-    _assert_same(_outputs(engine, PROMPTS, params), expected)
+    assert_same_outputs(engine_outputs(engine, PROMPTS, params), expected)
     # 4 rows, then 3 padded to 4 (the greedy one finished) for three windows in a row, which reuse the loaded
     # sampling settings; the block tables grow through two buckets, or stay in one at the full width. Top-k and
     # raw log-probs are on throughout.

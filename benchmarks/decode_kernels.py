@@ -1,0 +1,148 @@
+"""The engine's decode kernels on their own, each next to its PyTorch baseline, in one process (CUDA).
+
+    python benchmarks/decode_kernels.py            # decode attention launch sweep + the sampler, both decode shapes
+    python benchmarks/decode_kernels.py --quick    # the current launch settings only
+
+Shapes are those of a decode step of the Qwen2-0.5B shape (14 query / 2 KV heads of 64, vocabulary 151,936, KV
+blocks of 16 tokens, random block tables): (c) 64 sequences with contexts of 64-320 tokens (the GRPO step's
+generation), (a) 256 sequences with contexts of 256-512 (rollout_throughput's case a).
+
+- Decode attention (`triton_kernels.decode_attention`) for each launch setting (keys per loop iteration `block_n`,
+  `num_warps`, `num_stages`), against `attention.sdpa_paged_attention` (gather the blocks, SDPA with a mask), with
+  the largest difference from the current settings' output. The bandwidth bound is one read of every context's K/V.
+- The sampler: the fused kernel alone (`sample_partials`), with its combine (`fused_sample`), against
+  `sampler.sample_torch` (PyTorch ops, the same tokens).
+
+Times are GPU time per call: 24 calls (one per layer, as in a decode step) captured in a CUDA graph, replayed,
+timed with CUDA events, so launch overhead does not count, as inside the engine's graphs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from collections.abc import Callable
+
+import torch
+
+from hyflow.rollout import triton_kernels
+from hyflow.rollout.attention import AttentionMetadata, build_attention_mask, sdpa_paged_attention
+from hyflow.rollout.sampler import SamplingTensors, sample_torch
+
+HEADS, KV_HEADS, HEAD_DIM, VOCAB, BLOCK_SIZE = 14, 2, 64, 151936, 16
+SHAPES = {"c": (64, 64, 320), "a": (256, 256, 512)}  # name: (sequences, shortest context, longest context)
+H200_BYTES_PER_S = 4.8e12
+
+
+def gpu_microseconds(fn: Callable[[], object], calls: int = 24, replays: int = 20) -> float:
+    """GPU time of one `fn()` in µs: `calls` calls in a CUDA graph, replayed `replays` times."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (calls * replays)
+
+
+def attention_inputs(batch: int, shortest: int, longest: int, generator: torch.Generator):
+    """q, the K/V caches, block tables and positions of a decode step with random contexts and random blocks."""
+    max_blocks = -(-longest // BLOCK_SIZE)
+    num_blocks = batch * max_blocks + 1
+    device, dtype = "cuda", torch.bfloat16
+    k_cache = torch.randn(num_blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM, generator=generator).to(device, dtype)
+    v_cache = torch.randn(num_blocks, BLOCK_SIZE, KV_HEADS, HEAD_DIM, generator=generator).to(device, dtype)
+    tables = torch.randperm(num_blocks - 1, generator=generator)[: batch * max_blocks].view(batch, max_blocks)
+    positions = torch.randint(shortest, longest, (batch,), generator=generator)
+    q = torch.randn(batch, HEADS, HEAD_DIM, generator=generator).to(device, dtype)
+    return q, k_cache, v_cache, tables.to(device), positions.to(device)
+
+
+def bench_attention(name: str, quick: bool, generator: torch.Generator) -> None:
+    batch, shortest, longest = SHAPES[name]
+    q, k_cache, v_cache, tables, positions = attention_inputs(batch, shortest, longest, generator)
+    scale = HEAD_DIM**-0.5
+    kv_bytes = int((positions + 1).sum()) * 2 * KV_HEADS * HEAD_DIM * 2
+    bound_us = kv_bytes / H200_BYTES_PER_S * 1e6
+    rows = torch.arange(batch, device="cuda")
+    meta = AttentionMetadata(
+        slot_mapping=rows, block_tables=tables, query_index=rows[:, None], query_positions=positions[:, None],
+        token_index=rows, logits_index=rows,
+    )  # fmt: skip
+    mask = build_attention_mask(meta, BLOCK_SIZE)
+    sdpa_us = gpu_microseconds(lambda: sdpa_paged_attention(q, k_cache, v_cache, meta, mask, scale))
+    current = dict(triton_kernels.DECODE_LAUNCH)
+    reference = triton_kernels.decode_attention(q, k_cache, v_cache, tables, positions, scale, None)
+    print(
+        f"decode attention ({name}): {batch} sequences, contexts {shortest}-{longest}, K/V {kv_bytes / 2**20:.1f} MiB, "
+        f"bound {bound_us:.1f} us; SDPA gather path {sdpa_us:.1f} us"
+    )
+    settings = [current] if quick else [
+        {"block_n": n, "num_warps": w, "num_stages": s}
+        for n, w, s in itertools.product((32, 64, 128), (2, 4, 8), (1, 2, 3))
+    ]  # fmt: skip
+    results = []
+    for launch in settings:
+
+        def run(launch=launch):
+            return triton_kernels.decode_attention(q, k_cache, v_cache, tables, positions, scale, None, **launch)
+
+        try:
+            difference = (run().float() - reference.float()).abs().max().item()
+            micros = gpu_microseconds(run)
+        except Exception as error:  # a setting the compiler or the device cannot take (e.g. shared memory)
+            print(f"  {launch}: failed ({type(error).__name__}: {str(error).splitlines()[0][:80]})")
+            continue
+        results.append((micros, launch, difference))
+    current_us = next(micros for micros, launch, _ in results if launch == current)
+    for micros, launch, difference in sorted(results, key=lambda r: r[0])[:8] + [r for r in results if r[1] == current]:
+        tag = " (current)" if launch == current else ""
+        print(
+            f"  {launch}{tag}: {micros:.2f} us, {current_us / micros:.2f}x current, {sdpa_us / micros:.1f}x SDPA, "
+            f"{bound_us / micros:.0%} of bound, max diff {difference:.1e}"
+        )
+
+
+def bench_sampler(name: str, generator: torch.Generator) -> None:
+    batch = SHAPES[name][0]
+    logits = (3 * torch.randn(batch, VOCAB, generator=generator)).to("cuda", torch.bfloat16)
+    st = SamplingTensors(
+        temperatures=torch.ones(batch, device="cuda"), top_k=torch.full((batch,), -1, device="cuda"),
+        top_p=torch.ones(batch, device="cuda"), seeds=torch.arange(batch, device="cuda") * 7 + 1,
+        counters=torch.full((batch,), 5, device="cuda"), need_filter=False, need_raw=True,
+    )  # fmt: skip
+    args = (logits, st.temperatures, st.seeds, st.counters)
+    kernel_us = gpu_microseconds(lambda: triton_kernels.sample_partials(*args))
+    fused_us = gpu_microseconds(lambda: triton_kernels.fused_sample(*args))
+    torch_us = gpu_microseconds(lambda: sample_torch(logits, st), calls=4)
+    same = bool((triton_kernels.fused_sample(*args)[0] == sample_torch(logits, st)[0]).all())
+    bound_us = logits.numel() * 2 / H200_BYTES_PER_S * 1e6
+    print(
+        f"sampler ({name}): {batch} x {VOCAB} bf16 logits (bound {bound_us:.1f} us): kernel {kernel_us:.1f} us, "
+        f"with its combine {fused_us:.1f} us, PyTorch ops {torch_us:.1f} us ({torch_us / fused_us:.1f}x the fused); "
+        f"same tokens: {same}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the current launch settings only")
+    parser.add_argument("--shapes", default="c,a")
+    args = parser.parse_args()
+    if not (torch.cuda.is_available() and triton_kernels.available()):
+        raise SystemExit("decode_kernels.py needs CUDA and Triton")
+    generator = torch.Generator().manual_seed(0)
+    for name in args.shapes.split(","):
+        bench_attention(name, args.quick, generator)
+        bench_sampler(name, generator)
+
+
+if __name__ == "__main__":
+    main()
