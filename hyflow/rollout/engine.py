@@ -94,7 +94,7 @@ class LLMEngine:
         self.last_step_was_prefill = False  # for step-time metrics
         self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
         self._in_flight: LaunchedWindow | None = None  # the window queued behind the last one read (async scheduling)
-        self.num_windows_queued_ahead = 0  # a diagnostic: windows queued before the one before them was read
+        self.num_windows_queued_ahead = 0  # a diagnostic: steps and windows queued before the one before was read
         self._next_id = 0
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -162,30 +162,43 @@ class LLMEngine:
         """Runs one forward step, or a decode window of several (multi_step.py); returns the requests that finished.
 
         After a window each sequence takes its tokens one by one through the stop checks, exactly as after single
-        steps; the tokens after a stop are dropped. With async scheduling the next window is queued on the device
-        before this one's tokens are read (scheduler.py), and that queued window is this method's next window.
+        steps; the tokens after a stop are dropped. With async scheduling the next window (or the next prefill) is
+        queued on the device before this one's tokens are read (scheduler.py); it is what the next call reads.
         """
         self.runner.require_awake()  # before scheduling: a failed step must leave the queue as it was
-        window, self._in_flight = self._in_flight, None
-        if window is not None and all(seq.status == SequenceStatus.FINISHED for seq in window.batch.seqs):
-            window = None  # every row stopped in the window before (or was aborted): nothing to read
-        if window is None:
+        launched, self._in_flight = self._in_flight, None
+        if launched is not None and all(seq.status == SequenceStatus.FINISHED for seq in launched.batch.seqs):
+            launched = None  # every row stopped in the window before (or was aborted): nothing to read
+        if launched is None:
             batch = self.scheduler.schedule()
-            self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
             if not batch.seqs:
+                self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
                 return []
-            if not batch.is_window:
-                columns = self.runner.run(batch.seqs)
-                tokens, log_probs, raw = (None if col is None else [[value] for value in col] for col in columns)
-                return self._take_outputs(batch, tokens, log_probs, raw)
-            window = self.runner.launch_window(batch)
-        self.last_step_was_prefill, self.last_num_steps = False, window.batch.num_steps
+            launched = self._launch(batch)
+        batch = launched.batch
+        self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
         if self.config.async_scheduling:
-            following = self.scheduler.schedule_next_window(window.batch)
-            if following is not None:
-                self._in_flight = self.runner.launch_window(following, after=window)
-                self.num_windows_queued_ahead += 1
-        return self._take_outputs(window.batch, *self.runner.read_window(window))
+            self._in_flight = self._launch_following(batch, launched)
+        return self._take_outputs(batch, *self.runner.read_window(launched))
+
+    def _launch(self, batch: ScheduledBatch, after: LaunchedWindow | None = None) -> LaunchedWindow:
+        if batch.is_window:
+            return self.runner.launch_window(batch, after)
+        return self.runner.launch_step(batch)
+
+    def _launch_following(self, batch: ScheduledBatch, launched: LaunchedWindow) -> LaunchedWindow | None:
+        """Queues what follows `batch` before its outputs are read, where that does not depend on them: the next
+        decode window (scheduler.schedule_next_window), or the next prefill of waiting sequences."""
+        if batch.is_window:
+            following = self.scheduler.schedule_next_window(batch)
+        elif batch.is_prefill:
+            following = self.scheduler.schedule_next_prefill()
+        else:
+            following = None
+        if following is None:
+            return None
+        self.num_windows_queued_ahead += 1
+        return self._launch(following, after=launched)
 
     def _take_outputs(
         self,

@@ -18,7 +18,14 @@ from hyflow.rollout.config import EngineConfig
 from hyflow.rollout.cuda_graphs import DecodeGraphs
 from hyflow.rollout.kv_cache import KVCache
 from hyflow.rollout.models.llama import DecoderForCausalLM
-from hyflow.rollout.multi_step import LaunchedWindow, decode_step, new_decode_state, read_window, send_outputs
+from hyflow.rollout.multi_step import (
+    LaunchedWindow,
+    decode_step,
+    new_decode_state,
+    read_window,
+    send_columns,
+    send_outputs,
+)
 from hyflow.rollout.sampler import SamplingTensors, sample
 from hyflow.rollout.scheduler import ScheduledBatch
 from hyflow.rollout.sequence import Sequence
@@ -168,15 +175,17 @@ class ModelRunner:
             )
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence]) -> tuple[list[int], list[float], list[float] | None]:
-        """One forward + sample for the scheduled sequences: (token ids, log-probs, raw log-probs or None)."""
+    def launch_step(self, batch: ScheduledBatch) -> LaunchedWindow:
+        """Queues one forward + sample of the scheduled sequences (a prefill, or a decode step) and the copy of
+        the sampled tokens to the host, without waiting; `read_window` returns them (one column)."""
         self.require_awake()
         if self.device.type != "cuda":
-            return self._run(seqs)
+            return self._launch_step(batch)
         with torch.cuda.device(self.device):  # the async engine steps in worker threads, whose current device is 0
-            return self._run(seqs)
+            return self._launch_step(batch)
 
-    def _run(self, seqs: list[Sequence]) -> tuple[list[int], list[float], list[float] | None]:
+    def _launch_step(self, batch: ScheduledBatch) -> LaunchedWindow:
+        seqs = batch.seqs
         input_ids, positions, meta = prepare_inputs(seqs, self.block_size, self.kv_cache.scratch_block, self.device)
         is_decode = all(seq.num_tokens - seq.num_computed_tokens == 1 for seq in seqs)
         if self.graphs is not None and is_decode and self.graphs.fits(len(seqs), meta):
@@ -184,8 +193,8 @@ class ModelRunner:
         else:
             logits = self.forward(input_ids, positions, meta)
         tokens, log_probs, raw = sample(logits, prepare_sampling(seqs, self.device))
-        # One deliberate host sync per step: the scheduler needs the sampled tokens.
-        return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist()
+        column = (None if t is None else t.unsqueeze(1) for t in (tokens, log_probs.float(), raw))
+        return send_columns(batch, *column)
 
     @torch.inference_mode()
     def launch_window(self, batch: ScheduledBatch, after: LaunchedWindow | None = None) -> LaunchedWindow:

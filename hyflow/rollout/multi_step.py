@@ -123,8 +123,8 @@ def decode_step(
 
 @dataclass
 class LaunchedWindow:
-    """A decode window queued on the device: its batch, its outputs on their way to the host, and each row's last
-    token on the device (the first input of the window queued behind it)."""
+    """A decode window (or one forward step: K = 1) queued on the device: its batch, its outputs on their way to
+    the host, and each row's last token on the device (the first input of a window queued behind it)."""
 
     batch: ScheduledBatch
     outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # (B, K) tokens, log-probs, raw log-probs
@@ -137,9 +137,16 @@ def send_outputs(state: DecodeState, batch: ScheduledBatch) -> LaunchedWindow:
     memory): the device buffers, shared by all windows of a CUDA graph, may then be overwritten by the next window."""
     rows, steps = len(batch.seqs), batch.num_steps
     raw = None if state.raw_log_probs is None else state.raw_log_probs[:rows, :steps]
-    views = (state.tokens[:rows, :steps], state.log_probs[:rows, :steps], raw)
-    last_tokens = state.tokens[:rows, steps - 1].clone()
-    if not state.tokens.is_cuda:
+    return send_columns(batch, state.tokens[:rows, :steps], state.log_probs[:rows, :steps], raw)
+
+
+def send_columns(
+    batch: ScheduledBatch, tokens: torch.Tensor, log_probs: torch.Tensor, raw: torch.Tensor | None
+) -> LaunchedWindow:
+    """`send_outputs` for outputs (B, K) given as tensors (a one-step launch passes K = 1)."""
+    views = (tokens, log_probs, raw)
+    last_tokens = tokens[:, -1].clone()
+    if not tokens.is_cuda:
         return LaunchedWindow(batch, tuple(None if view is None else view.clone() for view in views), last_tokens, None)
     host = tuple(None if view is None else _to_pinned_host(view) for view in views)
     ready = torch.cuda.Event()

@@ -15,6 +15,8 @@ runs the current one (`schedule_next_window`): it assumes every sequence takes a
 so it starts `pending` tokens further on, reserves slots for both windows, and leaves out the sequences whose
 budget the current window uses up. A sequence that stops early in the current window wastes its row of the next
 one; its outputs there are dropped. Nothing is queued ahead while sequences wait to be admitted or blocks are short.
+Prefills are queued ahead too (`schedule_next_prefill`): a prefill reads only prompts, so the next one does not wait
+for the tokens of the one before, and the host prepares it while the device computes.
 
 When a decode needs a new block and none is free, the most recently admitted running sequence is preempted: its
 blocks are freed and it goes back to the front of the queue, to be recomputed from its tokens later (its full
@@ -107,6 +109,12 @@ class Scheduler:
         for seq, span in zip(seqs, spans):
             self.block_manager.reserve_slots(seq, span)
         return ScheduledBatch(seqs, False, num_steps, step_counts, pending)
+
+    def schedule_next_prefill(self) -> ScheduledBatch | None:
+        """A prefill of waiting sequences to queue behind one still on the device (its tokens not appended yet),
+        or None when none can be admitted. It does not depend on the step before: a prefill reads only prompts."""
+        scheduled = self._schedule_prefill()
+        return ScheduledBatch(scheduled, is_prefill=True) if scheduled else None
 
     def token_budget(self, seq: Sequence) -> int:
         """How many more tokens a running sequence may generate before `max_tokens` or `max_model_len`."""

@@ -50,6 +50,25 @@ def test_queued_windows_give_the_outputs_of_one_window_at_a_time(hf):
 
 
 @pytest.mark.timeout(120)
+def test_prefills_queued_behind_each_other_give_the_same_outputs(hf):
+    prompts = [prompt[: 3 + i] for i, prompt in enumerate(PROMPTS * 4)]  # 12 prompts, 3-14 tokens
+    params = SamplingParams(temperature=0.9, max_tokens=9, seed=21, ignore_eos=True)
+    few_tokens = dict(max_num_batched_tokens=24, max_model_len=24)  # 24 prompt tokens per prefill: several prefills
+    expected = engine_outputs(_engine(hf, False, **few_tokens), prompts, params)
+    engine = _engine(hf, True, **few_tokens)
+    for prompt in prompts:
+        engine.add_request(prompt, params)
+    engine.step()  # the first prefill, read after the second one was queued
+    second = engine._in_flight
+    assert second is not None and second.batch.is_prefill
+    assert all(seq.num_output_tokens == 0 for seq in second.batch.seqs)  # its tokens are not read yet
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert_same_outputs(engine_outputs(engine, prompts, params), expected)
+    _assert_all_blocks_free(engine)
+
+
+@pytest.mark.timeout(120)
 def test_sequences_stopping_mid_window_drop_their_rows_of_the_queued_window(hf):
     free = engine_outputs(_engine(hf, False), PROMPTS, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
     # Stop tokens that end the first two sequences mid-window (output 0 is the prefill's, windows cover 1-4, 5-8...),
@@ -172,6 +191,20 @@ def test_the_window_queued_behind_another_starts_after_its_tokens_and_leaves_out
     assert following.seqs == [going] and following.pending == [4] and following.step_counts == [4]
     # `going` holds 6 tokens; the two windows feed positions 5..12, so its table covers 13 positions: 4 blocks.
     assert len(going.block_table) == 4 and len(ending.block_table) == 2
+
+
+def test_a_prefill_is_queued_behind_another_only_while_waiting_sequences_can_be_admitted():
+    scheduler = _scheduler(num_blocks=6)
+    first = Sequence("a", list(range(3, 15)), SamplingParams(max_tokens=4), 0)  # 12 tokens: 3 blocks
+    second = Sequence("b", list(range(30, 42)), SamplingParams(max_tokens=4), 0)
+    third = Sequence("c", list(range(60, 72)), SamplingParams(max_tokens=4), 0)
+    for seq in (first, second, third):
+        scheduler.add(seq)
+    scheduler.max_num_batched_tokens = 12  # one prompt per prefill
+    assert scheduler.schedule().seqs == [first]
+    assert scheduler.schedule_next_prefill().seqs == [second]  # its prefill needs nothing from the first's
+    assert scheduler.schedule_next_prefill() is None  # no free blocks left for the third
+    assert list(scheduler.waiting) == [third]
 
 
 def test_nothing_is_queued_ahead_while_a_sequence_waits_or_the_free_blocks_cannot_hold_both_windows():

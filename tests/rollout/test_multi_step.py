@@ -122,13 +122,13 @@ def test_async_requests_joining_during_windows_match_their_alone_runs(hf):
 def _follow_up_turn(engine: LLMEngine, tokens: list[int]) -> tuple[int, list[list[tuple]]]:
     """Generates from `tokens` + 2 more; returns how many prompt tokens were found in the cache, and the outputs."""
     computed_at_prefill = []
-    run = engine.runner.run
+    launch_step = engine.runner.launch_step
 
-    def recording_run(seqs):
-        computed_at_prefill.append(seqs[0].num_computed_tokens)
-        return run(seqs)
+    def recording_launch(batch):
+        computed_at_prefill.append(batch.seqs[0].num_computed_tokens)
+        return launch_step(batch)
 
-    engine.runner.run = recording_run
+    engine.runner.launch_step = recording_launch
     outputs = engine_outputs(engine, [[*tokens, 5, 6]], GREEDY)
     return computed_at_prefill[0], outputs
 
