@@ -51,33 +51,37 @@ def prepare_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
     """Flattens the uncomputed tokens of each sequence (`token_ids[num_computed_tokens:]`) into one step.
 
-    The host builds flat lists and sends them in one copy; the padded (B, Qmax) indices are made on the device.
+    The host builds flat lists (slices and ranges: no Python loop over tokens) and sends them in one copy; the cache
+    slots and the padded (B, Qmax) indices are made on the device:
+        slot[t] = block_tables[row[t], pos[t] // block_size] * block_size + pos[t] % block_size
     """
     num_seqs = len(seqs)
     q_lens = [seq.num_tokens - seq.num_computed_tokens for seq in seqs]
     q_max, max_blocks = max(q_lens), max(len(seq.block_table) for seq in seqs)
     if q_max == 1:
         return _prepare_decode(seqs, block_size, pad_block, max_blocks, device)
-    input_ids, positions, slots, tables, token_index = [], [], [], [], []
+    input_ids, positions, rows, tables, token_index = [], [], [], [], []
     for b, (seq, q_len) in enumerate(zip(seqs, q_lens)):
         start, table = len(seq) - q_len, seq.block_table
         input_ids += seq.token_ids[start:]
         positions += range(start, len(seq))
-        slots += [table[p // block_size] * block_size + p % block_size for p in range(start, len(seq))]
+        rows += [b] * q_len
         tables += table
         tables += [pad_block] * (max_blocks - len(table))
         token_index += range(b * q_max, b * q_max + q_len)
     num_tokens = len(input_ids)
-    flat = _to_device(input_ids + positions + slots + tables + q_lens + token_index, torch.long, device)
+    flat = _to_device(input_ids + positions + rows + tables + q_lens + token_index, torch.long, device)
     sizes = [num_tokens, num_tokens, num_tokens, num_seqs * max_blocks, num_seqs, len(token_index)]
-    ids_t, positions_t, slots_t, tables_t, q_lens_t, token_index_t = flat.split(sizes)
+    ids_t, positions_t, rows_t, tables_t, q_lens_t, token_index_t = flat.split(sizes)
+    tables_t = tables_t.view(num_seqs, max_blocks)
+    slots_t = tables_t[rows_t, positions_t // block_size] * block_size + positions_t % block_size
     ends = q_lens_t.cumsum(0)
     offsets = torch.arange(q_max, device=device)[None, :]
     query_index = (ends - q_lens_t)[:, None] + torch.minimum(offsets, (q_lens_t - 1)[:, None])
     query_positions = torch.where(offsets < q_lens_t[:, None], positions_t[query_index], 0)
     meta = AttentionMetadata(
         slot_mapping=slots_t,
-        block_tables=tables_t.view(num_seqs, max_blocks),
+        block_tables=tables_t,
         query_index=query_index,
         query_positions=query_positions,
         token_index=token_index_t,
