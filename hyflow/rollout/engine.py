@@ -33,7 +33,7 @@ from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.kv_cache import num_blocks_for_memory
 from hyflow.rollout.model_runner import ModelRunner
 from hyflow.rollout.models import load_model
-from hyflow.rollout.multi_step import LaunchedWindow
+from hyflow.rollout.multi_step import LaunchedBatch
 from hyflow.rollout.parallel import TensorParallel
 from hyflow.rollout.scheduler import ScheduledBatch, Scheduler
 from hyflow.rollout.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
@@ -93,7 +93,7 @@ class LLMEngine:
         self._seed_source = random.Random(config.seed)
         self.last_step_was_prefill = False  # for step-time metrics
         self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
-        self._in_flight: LaunchedWindow | None = None  # the window queued behind the last one read (async scheduling)
+        self._in_flight: LaunchedBatch | None = None  # queued behind the last step or window read (async scheduling)
         self.num_windows_queued_ahead = 0  # a diagnostic: steps and windows queued before the one before was read
         self._next_id = 0
 
@@ -179,14 +179,14 @@ class LLMEngine:
         self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
         if self.config.async_scheduling:
             self._in_flight = self._launch_following(batch, launched)
-        return self._take_outputs(batch, *self.runner.read_window(launched))
+        return self._take_outputs(batch, *self.runner.read_outputs(launched))
 
-    def _launch(self, batch: ScheduledBatch, after: LaunchedWindow | None = None) -> LaunchedWindow:
+    def _launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
         if batch.is_window:
             return self.runner.launch_window(batch, after)
         return self.runner.launch_step(batch)
 
-    def _launch_following(self, batch: ScheduledBatch, launched: LaunchedWindow) -> LaunchedWindow | None:
+    def _launch_following(self, batch: ScheduledBatch, launched: LaunchedBatch) -> LaunchedBatch | None:
         """Queues what follows `batch` before its outputs are read, where that does not depend on them: the next
         decode window (scheduler.schedule_next_window), or the next prefill of waiting sequences."""
         if batch.is_window:

@@ -15,9 +15,9 @@ sampler's noise depends only on (seed, output index). On CUDA one step (forward,
 CUDA graph (cuda_graphs.py), so the host only launches K replays.
 
 A launched window (`send_outputs`) also queues the copy of its outputs to pinned host memory and records an event;
-`read_window` waits for that event only, so the engine can queue the next window first (async scheduling, see
+`read_outputs` waits for that event only, so the engine can queue the next window first (async scheduling, see
 scheduler.py) and append this window's tokens while the device runs the next one. The next window takes its first
-inputs from `LaunchedWindow.last_tokens` on the device.
+inputs from `LaunchedBatch.last_tokens` on the device.
 Shapes: B sequences (rows), K steps of the window, M blocks per sequence.
 """
 
@@ -122,9 +122,10 @@ def decode_step(
 
 
 @dataclass
-class LaunchedWindow:
-    """A decode window (or one forward step: K = 1) queued on the device: its batch, its outputs on their way to
-    the host, and each row's last token on the device (the first input of a window queued behind it)."""
+class LaunchedBatch:
+    """A scheduled batch queued on the device — a decode window of K steps, or one forward step (K = 1): the batch,
+    its outputs on their way to the host, and each row's last token on the device (the first input of a window
+    queued behind it)."""
 
     batch: ScheduledBatch
     outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # (B, K) tokens, log-probs, raw log-probs
@@ -132,7 +133,7 @@ class LaunchedWindow:
     ready: torch.cuda.Event | None  # recorded after the copies to the host (CUDA)
 
 
-def send_outputs(state: DecodeState, batch: ScheduledBatch) -> LaunchedWindow:
+def send_outputs(state: DecodeState, batch: ScheduledBatch) -> LaunchedBatch:
     """Queues the copy of a window's outputs to the host behind its steps, without waiting (on CUDA into pinned
     memory): the device buffers, shared by all windows of a CUDA graph, may then be overwritten by the next window."""
     rows, steps = len(batch.seqs), batch.num_steps
@@ -142,16 +143,16 @@ def send_outputs(state: DecodeState, batch: ScheduledBatch) -> LaunchedWindow:
 
 def send_columns(
     batch: ScheduledBatch, tokens: torch.Tensor, log_probs: torch.Tensor, raw: torch.Tensor | None
-) -> LaunchedWindow:
+) -> LaunchedBatch:
     """`send_outputs` for outputs (B, K) given as tensors (a one-step launch passes K = 1)."""
     views = (tokens, log_probs, raw)
     last_tokens = tokens[:, -1].clone()
     if not tokens.is_cuda:
-        return LaunchedWindow(batch, tuple(None if view is None else view.clone() for view in views), last_tokens, None)
+        return LaunchedBatch(batch, tuple(None if view is None else view.clone() for view in views), last_tokens, None)
     host = tuple(None if view is None else _to_pinned_host(view) for view in views)
     ready = torch.cuda.Event()
     ready.record()
-    return LaunchedWindow(batch, host, last_tokens, ready)
+    return LaunchedBatch(batch, host, last_tokens, ready)
 
 
 def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
@@ -159,10 +160,10 @@ def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor, non_blocking=True)
 
 
-def read_window(window: LaunchedWindow) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
-    """The window's outputs per row (tokens, log-probs, raw log-probs or None), K each; waits for this window
-    only, not for one queued behind it."""
-    if window.ready is not None:
-        window.ready.synchronize()
-    tokens, log_probs, raw = window.outputs
+def read_outputs(launched: LaunchedBatch) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
+    """The outputs per row (tokens, log-probs, raw log-probs or None), K each; waits for this batch only, not for
+    one queued behind it."""
+    if launched.ready is not None:
+        launched.ready.synchronize()
+    tokens, log_probs, raw = launched.outputs
     return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist()
