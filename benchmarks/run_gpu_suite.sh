@@ -2,7 +2,7 @@
 # Every GPU check and benchmark of the repo in one go, each beside its baseline, with a time limit per step:
 #   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
 # Parts (comma-separated): tests, grpo, actor, rollout.
-# Logs land in the folder (one file per step) and the summary lines on stdout. About 8 minutes on one H200.
+# Logs land in the folder (one file per step) and the summary lines on stdout. About 11 minutes on one H200.
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
 set -uo pipefail
 source "$(dirname "$0")/suite_step.sh"
@@ -11,7 +11,7 @@ results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout
 if [[ $parts == *,tests,* ]]; then
     step gpu_tests 180 "passed|failed|FAILED|skipped in" \
         python3 -m pytest -q -p no:cacheprovider tests/rollout/test_gpu.py tests/rollout/test_triton_rope.py \
-        tests/rollout/test_triton_step.py \
+        tests/rollout/test_triton_step.py tests/rollout/test_async_scheduling.py \
         tests/models/test_fused_gpu.py \
         tests/models/test_packing_gpu.py
 fi
@@ -26,4 +26,7 @@ if [[ $parts == *,actor,* ]]; then
 fi
 if [[ $parts == *,rollout,* ]]; then
     step rollout 200 "^case|prefill steps" python3 benchmarks/rollout_throughput.py --cases a,b,c --trace
+    step rollout_one_window_at_a_time 90 "^case|prefill steps" \
+        python3 benchmarks/rollout_throughput.py --no-hf --cases a,b,c --trace --no-async-scheduling
+    step decode_kernels 150 "^decode|^sampler|current" python3 benchmarks/decode_kernels.py
 fi
