@@ -33,7 +33,7 @@ from hyflow.rollout.config import EngineConfig, SamplingParams
 from hyflow.rollout.kv_cache import num_blocks_for_memory
 from hyflow.rollout.model_runner import ModelRunner
 from hyflow.rollout.models import load_model
-from hyflow.rollout.multi_step import LaunchedBatch
+from hyflow.rollout.multi_step import LaunchedBatch, read_outputs
 from hyflow.rollout.parallel import TensorParallel
 from hyflow.rollout.scheduler import ScheduledBatch, Scheduler
 from hyflow.rollout.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
@@ -94,7 +94,7 @@ class LLMEngine:
         self.last_step_was_prefill = False  # for step-time metrics
         self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
         self._in_flight: LaunchedBatch | None = None  # queued behind the last step or window read (async scheduling)
-        self.num_windows_queued_ahead = 0  # a diagnostic: steps and windows queued before the one before was read
+        self.num_queued_ahead = 0  # a diagnostic: steps and windows queued before the one before them was read
         self._next_id = 0
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class LLMEngine:
         self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
         if self.config.async_scheduling:
             self._in_flight = self._launch_following(batch, launched)
-        return self._take_outputs(batch, *self.runner.read_outputs(launched))
+        return self._take_outputs(batch, *read_outputs(launched))
 
     def _launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
         if batch.is_window:
@@ -197,7 +197,7 @@ class LLMEngine:
             following = None
         if following is None:
             return None
-        self.num_windows_queued_ahead += 1
+        self.num_queued_ahead += 1
         return self._launch(following, after=launched)
 
     def _take_outputs(

@@ -1,6 +1,6 @@
 """Runs one engine step on the device: flatten the scheduled sequences into model inputs, forward over the paged
 KV cache, and sample. On CUDA, decode steps replay CUDA graphs captured for a ladder of batch sizes. A decode window
-(`launch_window`, then `read_outputs`) runs several decode steps without a host round trip (multi_step.py).
+(`launch_window`, then multi_step.read_outputs) runs several decode steps without a host round trip (multi_step.py).
 
 Inputs of one step (T new tokens from B sequences, see attention.py for the metadata):
     input_ids (T,), positions (T,), AttentionMetadata; logits (B, V) at each sequence's last new token.
@@ -22,7 +22,6 @@ from hyflow.rollout.multi_step import (
     LaunchedBatch,
     decode_step,
     new_decode_state,
-    read_outputs,
     send_columns,
     send_outputs,
 )
@@ -181,7 +180,7 @@ class ModelRunner:
     @torch.inference_mode()
     def launch_step(self, batch: ScheduledBatch) -> LaunchedBatch:
         """Queues one forward + sample of the scheduled sequences (a prefill, or a decode step) and the copy of
-        the sampled tokens to the host, without waiting; `read_outputs` returns them (one column)."""
+        the sampled tokens to the host, without waiting; multi_step.read_outputs returns them (one column)."""
         self.require_awake()
         if self.device.type != "cuda":
             return self._launch_step(batch)
@@ -203,9 +202,9 @@ class ModelRunner:
     @torch.inference_mode()
     def launch_window(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
         """Queues a decode window of `batch.num_steps` steps (sequence i taking part in the first
-        `batch.step_counts[i]`) and the copy of its outputs to the host, without waiting for either; `read_outputs`
-        returns the outputs. With `after` (the window before, still on the device), each sequence starts from its
-        last token there and `batch.pending[i]` positions further on."""
+        `batch.step_counts[i]`) and the copy of its outputs to the host, without waiting for either;
+        multi_step.read_outputs returns the outputs. With `after` (the window before, still on the device), each
+        sequence starts from its last token there and `batch.pending[i]` positions further on."""
         self.require_awake()
         if self.device.type != "cuda":
             return self._launch_window(batch, after)
@@ -232,14 +231,6 @@ class ModelRunner:
             for _ in range(num_steps):
                 decode_step(self.forward, state, step_meta, self.block_size, scratch * self.block_size)
         return send_outputs(state, batch)
-
-    def read_outputs(
-        self, launched: LaunchedBatch
-    ) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
-        """Per sequence of a launched step or window its `num_steps` tokens, log-probs and raw log-probs (or None);
-        entries past its step count are meaningless. The one deliberate host sync of a step or window: the
-        scheduler needs the tokens."""
-        return read_outputs(launched)
 
     def _sampling_for_window(self, seqs: list[Sequence], pending: list[int] | None) -> SamplingTensors:
         """A window's sampling settings. The per-row constants (temperature, top-k, top-p, seed) are built and sent

@@ -161,8 +161,9 @@ def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def read_outputs(launched: LaunchedBatch) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
-    """The outputs per row (tokens, log-probs, raw log-probs or None), K each; waits for this batch only, not for
-    one queued behind it."""
+    """The outputs per row (tokens, log-probs, raw log-probs or None), K each; entries past a row's step count are
+    meaningless. The one deliberate host sync of a step or window (the scheduler needs the tokens); it waits for
+    this batch only, not for one queued behind it."""
     if launched.ready is not None:
         launched.ready.synchronize()
     tokens, log_probs, raw = launched.outputs

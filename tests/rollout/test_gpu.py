@@ -19,10 +19,10 @@ PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 
 GREEDY_12 = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
 
-def cuda_engine(hf) -> LLMEngine:
-    """An fp32 engine on CUDA with CUDA graphs, for the graph tests below."""
-    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
-    return LLMEngine(hf, config)
+def cuda_engine(hf, **overrides) -> LLMEngine:
+    """An engine on CUDA (fp32 with CUDA graphs unless `overrides` say otherwise), for the tests below."""
+    settings = dict(block_size=4, max_model_len=64, num_kv_blocks=128, dtype="float32", device="cuda")
+    return LLMEngine(hf, EngineConfig(**{**settings, **overrides}))
 
 
 @pytest.mark.timeout(300)
@@ -30,16 +30,7 @@ def cuda_engine(hf) -> LLMEngine:
 @pytest.mark.parametrize("enforce_eager", [False, True], ids=["cuda-graphs", "eager"])
 def test_greedy_on_cuda_equals_transformers_greedy(family, enforce_eager, num_scheduler_steps):
     hf = make_tiny_hf_model(family)
-    config = EngineConfig(
-        block_size=4,
-        max_model_len=64,
-        num_kv_blocks=128,
-        dtype="float32",
-        device="cuda",
-        enforce_eager=enforce_eager,
-        num_scheduler_steps=num_scheduler_steps,
-    )
-    engine = LLMEngine(hf, config)
+    engine = cuda_engine(hf, enforce_eager=enforce_eager, num_scheduler_steps=num_scheduler_steps)
     params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     outputs = engine.generate(PROMPTS * 3, params)
     for prompt, out in zip(PROMPTS * 3, outputs):
@@ -119,16 +110,7 @@ def test_multi_step_windows_on_cuda_equal_single_steps(enforce_eager):
     ]
     results, engines = {}, {}
     for steps in (1, 8):
-        config = EngineConfig(
-            block_size=4,
-            max_model_len=64,
-            num_kv_blocks=128,
-            dtype="float32",
-            device="cuda",
-            enforce_eager=enforce_eager,
-            num_scheduler_steps=steps,
-        )
-        engines[steps] = engine = LLMEngine(hf, config)
+        engines[steps] = engine = cuda_engine(hf, enforce_eager=enforce_eager, num_scheduler_steps=steps)
         engine.eos_token_ids = {11}
         outputs = engine.generate(PROMPTS * 2, params * 2)
         results[steps] = [o for request in outputs for o in request.outputs]
@@ -155,16 +137,14 @@ def test_async_scheduling_through_the_cuda_graphs_gives_the_outputs_of_one_windo
     ]
     results, engines = {}, {}
     for async_scheduling in (False, True):
-        config = EngineConfig(
-            block_size=4, max_model_len=64, num_kv_blocks=256, device="cuda", async_scheduling=async_scheduling
-        )
-        engines[async_scheduling] = engine = LLMEngine(hf, config)
+        engine = cuda_engine(hf, dtype="auto", num_kv_blocks=256, async_scheduling=async_scheduling)  # bf16
+        engines[async_scheduling] = engine
         results[async_scheduling] = [o for r in engine.generate(PROMPTS * 2, params * 2) for o in r.outputs]
     for queued, one_at_a_time in zip(results[True], results[False]):
         assert (queued.token_ids, queued.finish_reason) == (one_at_a_time.token_ids, one_at_a_time.finish_reason)
         assert queued.log_probs == one_at_a_time.log_probs
         assert queued.raw_log_probs == one_at_a_time.raw_log_probs
-    assert engines[True].num_windows_queued_ahead > 4 and engines[True].runner.graphs.window_graphs
+    assert engines[True].num_queued_ahead > 4 and engines[True].runner.graphs.window_graphs
 
 
 @pytest.mark.parametrize("vocab_size", [5000, 40000], ids=["one-split", "three-splits"])
