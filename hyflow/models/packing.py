@@ -1,8 +1,8 @@
 """Padding removal: the rows of a batch packed into one sequence, with attention that stays inside each row.
 
-    packed = pack_rows(attention_mask)                       # which tokens are real, and where each row starts
+    packed = pack_rows(attention_mask, response_length)      # which tokens are real, where each row starts
     hidden = forward_packed(decoder, input_ids, position_ids, packed)        # (N, H): real tokens only
-    rows = packed.flat_index(response_positions)             # the packed row of any (b, t) position
+    hidden[packed.sources]                                   # the states that predict the real response tokens
 
 An RL batch is padded to its longest prompt (left) and longest response (right); with lengths that vary, a third
 to a half of its tokens are padding, and a padded forward spends that share of the matmuls and attention on them.
@@ -16,6 +16,10 @@ flash-attention path uses). On CUDA with bf16/fp16 it runs PyTorch's built-in fl
 variable-length form (`aten._flash_attention_forward`, differentiable, grouped-query heads natively); elsewhere it
 runs `scaled_dot_product_attention` row by row, which gives the same numbers as the padded forward (the tests
 compare the two).
+
+Packing needs the mask's contents on the host (how many real tokens, the longest row). The training loops pack
+each micro-batch from its host copy and send the result with the batch (`PackedRows.to`), so a forward never
+waits for the device; `pack_rows` on a device mask works too, and syncs with the device.
 """
 
 from __future__ import annotations
@@ -34,12 +38,19 @@ ATTENTION_NAME = "hyflow_varlen"
 @dataclass
 class PackedRows:
     """Where the real tokens of a (B, T) batch sit once packed: `indices` (N,) into the flattened batch, row
-    boundaries `cu_seqlens` (B + 1,) int32, the longest row `max_len`, and the (B, T) batch shape."""
+    boundaries `cu_seqlens` (B + 1,) int32, the longest row `max_len`, and the (B, T) batch shape.
+
+    With a response length R, also the M real response tokens: their places (`response_rows`, `response_cols`)
+    in the (B, R) response block, and `sources` (M,), the packed position of the token before each (whose hidden
+    state predicts it). Without one these are None."""
 
     indices: torch.Tensor
     cu_seqlens: torch.Tensor
     max_len: int
     shape: tuple[int, int]
+    response_rows: torch.Tensor | None = None
+    response_cols: torch.Tensor | None = None
+    sources: torch.Tensor | None = None
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """The real tokens of a (B, T, ...) tensor, packed: (N, ...)."""
@@ -51,15 +62,43 @@ class PackedRows:
         lookup[self.indices] = torch.arange(self.indices.numel(), device=self.indices.device)
         return lookup[rows * self.shape[1] + cols]
 
+    def to(self, device: torch.device) -> PackedRows:
+        """The same packing on `device`. From the host to CUDA it travels as one pinned, non-blocking copy, queued
+        behind the device's work like a kernel (the host does not wait)."""
+        tensors = [self.indices, self.cu_seqlens, self.response_rows, self.response_cols, self.sources]
+        present = [t for t in tensors if t is not None]
+        if present[0].device == torch.device(device):
+            return self
+        flat = torch.cat([t.long() for t in present])
+        if flat.device.type == "cpu" and torch.device(device).type == "cuda":
+            flat = flat.pin_memory()
+        moved = iter(flat.to(device, non_blocking=True).split([t.numel() for t in present]))
+        indices, cu_seqlens = next(moved), next(moved).int()
+        rest = [None if t is None else next(moved) for t in tensors[2:]]
+        return PackedRows(indices, cu_seqlens, self.max_len, self.shape, *rest)
 
-def pack_rows(attention_mask: torch.Tensor) -> PackedRows:
-    """The packing of a (B, T) 0/1 attention mask (any padding side). Syncs with the device twice (`nonzero` and
-    `max_len`), once per micro-batch."""
+
+def pack_rows(attention_mask: torch.Tensor, response_length: int | None = None) -> PackedRows:
+    """The packing of a (B, T) 0/1 attention mask (any padding side), and of its last `response_length` columns'
+    real tokens when given. On a host mask nothing waits; on a device mask it syncs (`nonzero`, `max_len`).
+
+    Raises ValueError if a real response token has no real token before it (nothing would predict it)."""
     mask = attention_mask.bool()
     lengths = mask.sum(dim=1, dtype=torch.int32)
     cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
     indices = mask.flatten().nonzero().squeeze(1)
-    return PackedRows(indices, cu_seqlens, int(lengths.max()), tuple(mask.shape))
+    packed = PackedRows(indices, cu_seqlens, int(lengths.max()), tuple(mask.shape))
+    if response_length is None:
+        return packed
+    rows, cols = mask[:, -response_length:].nonzero(as_tuple=True)
+    sources = packed.flat_index(rows, cols + mask.shape[1] - response_length - 1)
+    if bool((sources < 0).any()):
+        raise ValueError(
+            "a response token has no real token before it (empty prompt, or padding between prompt and "
+            "response); prompts must hold at least one token and responses follow them directly"
+        )
+    packed.response_rows, packed.response_cols, packed.sources = rows, cols, sources
+    return packed
 
 
 def _rowwise_sdpa(
@@ -155,7 +194,10 @@ def forward_packed(
     hidden = decoder(
         input_ids=packed.gather(input_ids).unsqueeze(0),
         position_ids=packed.gather(position_ids).unsqueeze(0),
-        attention_mask=None,
+        # A 4D mask counts as already prepared: transformers passes it through untouched (the varlen attention
+        # ignores it; cu_seqlens separates the rows) instead of building one and, first, looking for packed rows
+        # in position_ids on the host, a device sync in every forward.
+        attention_mask=torch.empty((1, 1, 0, 0), dtype=torch.bool, device=input_ids.device),
         use_cache=False,
         cu_seq_lens_q=packed.cu_seqlens,
         cu_seq_lens_k=packed.cu_seqlens,

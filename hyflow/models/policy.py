@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hyflow.models.kernels.dispatch import use_triton
-from hyflow.models.packing import forward_packed, pack_rows, use_varlen_attention
+from hyflow.models.packing import PackedRows, forward_packed, pack_rows, use_varlen_attention
 
 DEFAULT_CHUNK_SIZE = 1024  # torch reference: chunk_size × V × 4 bytes of fp32 logits, twice in backward
 # Fused path: one (n, V) buffer in the compute dtype (bf16), overwritten in place by its gradient. 1 GiB is about
@@ -194,10 +194,14 @@ class PolicyModel(nn.Module):
         responses: torch.Tensor,
         temperature: float = 1.0,
         compute_entropy: bool = False,
+        packed: PackedRows | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (B, R) of `responses`, and entropies when asked. `packed`: the batch's `pack_rows(attention_mask,
+        R)` made on the host and moved here (`PackedRows.to`), used with `remove_padding` (else packed from the mask
+        here, which waits for the device)."""
         if self.remove_padding:
             packed_inputs = (input_ids, attention_mask, position_ids, responses)
-            return self._forward_packed(*packed_inputs, temperature, compute_entropy)
+            return self._forward_packed(*packed_inputs, temperature, compute_entropy, packed)
         batch_size, response_length = responses.shape
         hidden = self.lm.get_decoder()(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
@@ -230,18 +234,14 @@ class PolicyModel(nn.Module):
         responses: torch.Tensor,
         temperature: float,
         compute_entropy: bool,
+        packed: PackedRows | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`forward` on the real tokens only; log-probs (and entropy) are 0 at padding response positions."""
         batch_size, response_length = responses.shape
-        packed = pack_rows(attention_mask)
+        if packed is None or packed.sources is None:
+            packed = pack_rows(attention_mask, response_length)  # from the device mask: syncs
         hidden = forward_packed(self.lm.get_decoder(), input_ids, position_ids, packed)  # (N, H)
-        rows, cols = attention_mask[:, -response_length:].nonzero(as_tuple=True)  # real response tokens
-        sources = packed.flat_index(rows, cols + input_ids.shape[1] - response_length - 1)  # the token before each
-        if bool((sources < 0).any()):
-            raise ValueError(
-                "a response token has no real token before it (empty prompt, or padding between prompt and "
-                "response); prompts must hold at least one token and responses follow them directly"
-            )
+        rows, cols, sources = packed.response_rows, packed.response_cols, packed.sources
         log_probs, entropy = self._head(hidden[sources], responses[rows, cols], temperature, compute_entropy)
         full = log_probs.new_zeros(batch_size, response_length)
         log_probs = full.index_put((rows, cols), log_probs)

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from hyflow.models.packing import forward_packed, pack_rows, use_varlen_attention
+from hyflow.models.packing import PackedRows, forward_packed, pack_rows, use_varlen_attention
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +48,12 @@ class ValueModel(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        packed: PackedRows | None = None,
     ) -> torch.Tensor:
+        """Values (B, T). `packed`: the batch's `pack_rows(attention_mask)` made on the host and moved here, used
+        with remove_padding (else packed from the mask here, which waits for the device)."""
         if self.remove_padding:
-            packed = pack_rows(attention_mask)
+            packed = packed if packed is not None else pack_rows(attention_mask)
             values = self.value_head(forward_packed(self.backbone, input_ids, position_ids, packed)).squeeze(-1)
             return (
                 values.float()

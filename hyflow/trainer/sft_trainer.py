@@ -44,6 +44,7 @@ from hyflow.trainer.tracking import Tracking
 from hyflow.workers import builders
 from hyflow.workers.checkpoint import CheckpointManager as ShardCheckpoint
 from hyflow.workers.fsdp import build_device_mesh, is_distributed, iter_full_state, reshard, training_device
+from hyflow.workers.micro_batch_loop import warn_about_skipped_steps
 from hyflow.workers.optim import clip_grad_norm_and_step
 
 logger = logging.getLogger(__name__)
@@ -222,6 +223,7 @@ class SFTTrainer:
             if self.val_set is not None and (last or (trainer.test_freq > 0 and step % trainer.test_freq == 0)):
                 metrics.update(self.validate())
             values = {name: float(value) for name, value in metrics.items()}  # host sync: once per step
+            warn_about_skipped_steps([values["train/num_skipped_steps"]], "train")
             values["timing_s/step"] = time.perf_counter() - start
             values["train/epoch"] = (step - 1) // self.steps_per_epoch
             history.append(values)

@@ -35,6 +35,7 @@ from tensordict import TensorDict
 
 from hyflow import fields as F
 from hyflow.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
 from hyflow.workers.batching import pad_responses, restore_order
 from hyflow.workers.fsdp import training_device
@@ -65,8 +66,9 @@ class DataParallelPPOActor:
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
         self._num_updates = 0
 
-    def _forward(self, micro: TensorDict, temperature: float, compute_entropy: bool):
-        """Log-probs (and entropies) of a micro-batch that is already on the training device."""
+    def _forward(self, micro: TensorDict, packed: PackedRows | None, temperature: float, compute_entropy: bool):
+        """Log-probs (and entropies) of a micro-batch that is already on the training device (`packed`: its
+        packing, made on the host, when the policy removes padding)."""
         return self.module(
             micro[F.INPUT_IDS],
             micro[F.ATTENTION_MASK],
@@ -74,6 +76,7 @@ class DataParallelPPOActor:
             micro[F.RESPONSES],
             temperature=temperature,
             compute_entropy=compute_entropy,
+            packed=packed,
         )
 
     def compute_log_prob(
@@ -98,7 +101,7 @@ class DataParallelPPOActor:
         return log_probs, entropys
 
     def _micro_batch_loss(
-        self, micro: TensorDict, agg_kwargs: dict[str, Any], temperature: float
+        self, micro: TensorDict, packed: PackedRows | None, agg_kwargs: dict[str, Any], temperature: float
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean).
 
@@ -108,7 +111,7 @@ class DataParallelPPOActor:
         config = self.config
         on_policy = F.OLD_LOG_PROBS not in micro.keys()  # noqa: SIM118 (TensorDict membership)
         compute_entropy = config.entropy_coeff != 0 or on_policy
-        log_prob, entropy = self._forward(micro, temperature, compute_entropy)
+        log_prob, entropy = self._forward(micro, packed, temperature, compute_entropy)
         mask = micro[F.RESPONSE_MASK].to(log_prob.dtype)
         wanted = (F.ROLLOUT_LOG_PROBS, *config.policy_loss.extra_batch_keys)
         extra = {key: micro[key] for key in wanted if key in micro}

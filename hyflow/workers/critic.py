@@ -20,6 +20,7 @@ from tensordict import TensorDict
 
 from hyflow import fields as F
 from hyflow.algorithms import compute_value_loss, masked_mean
+from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
 from hyflow.workers.batching import pad_responses, restore_order
 from hyflow.workers.fsdp import training_device
@@ -46,10 +47,11 @@ class DataParallelPPOCritic:
         self.device = training_device()
         self._num_updates = 0
 
-    def _forward(self, micro: TensorDict) -> torch.Tensor:
-        """Values at the response positions of a micro-batch that is already on the training device."""
+    def _forward(self, micro: TensorDict, packed: PackedRows | None) -> torch.Tensor:
+        """Values at the response positions of a micro-batch that is already on the training device (`packed`: its
+        packing, made on the host, when the critic removes padding)."""
         response_length = micro[F.RESPONSES].shape[-1]
-        values = self.module(micro[F.INPUT_IDS], micro[F.ATTENTION_MASK], micro[F.POSITION_IDS])
+        values = self.module(micro[F.INPUT_IDS], micro[F.ATTENTION_MASK], micro[F.POSITION_IDS], packed=packed)
         return values[:, -response_length - 1 : -1]
 
     def compute_values(self, data: DataProto) -> torch.Tensor:
@@ -62,10 +64,10 @@ class DataParallelPPOCritic:
         return restore_order(values, bins).cpu() * batch[F.RESPONSE_MASK]
 
     def _micro_batch_loss(
-        self, micro: TensorDict, agg_kwargs: dict[str, Any]
+        self, micro: TensorDict, packed: PackedRows | None, agg_kwargs: dict[str, Any]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the clipped value loss, and its metric contributions (summing to the mean)."""
-        vpreds = self._forward(micro)
+        vpreds = self._forward(micro, packed)
         mask = micro[F.RESPONSE_MASK].to(vpreds.dtype)
         vf_loss, vf_clipfrac = compute_value_loss(
             vpreds, micro[F.RETURNS], micro[F.VALUES], mask, self.config.cliprange_value, self.config.loss_agg_mode,

@@ -63,3 +63,35 @@ def test_flat_index_finds_packed_positions_and_marks_padding():
     rows, cols = torch.tensor([0, 0, 1, 1]), torch.tensor([0, 2, 1, 2])
     assert packed.flat_index(rows, cols).tolist() == [-1, 1, 3, -1]
     assert packed.cu_seqlens.tolist() == [0, 2, 4] and packed.max_len == 2
+
+
+def test_pack_rows_finds_each_real_response_token_and_the_packed_token_that_predicts_it():
+    _, attention_mask, _ = ragged_batch(vocab_size=10)
+    response_length = 5
+    packed = pack_rows(attention_mask, response_length)
+    prompt_width = attention_mask.shape[1] - response_length
+    real = [(b, r) for b in range(3) for r in range(response_length) if attention_mask[b, prompt_width + r]]
+    assert list(zip(packed.response_rows.tolist(), packed.response_cols.tolist())) == real
+    packed_position = {p: i for i, p in enumerate(packed.indices.tolist())}  # flat (b, t) → packed index
+    width = attention_mask.shape[1]
+    expected = [packed_position[b * width + prompt_width + r - 1] for b, r in real]
+    assert packed.sources.tolist() == expected
+    assert pack_rows(attention_mask).sources is None  # no response length, no response tokens
+
+
+def test_a_response_token_with_no_real_token_before_it_is_a_clear_error():
+    attention_mask = torch.tensor([[1, 1, 1, 0], [0, 0, 1, 1]])  # row 1: an empty prompt
+    with pytest.raises(ValueError, match="no real token before it"):
+        pack_rows(attention_mask, response_length=2)
+
+
+def test_moving_a_packing_keeps_every_field_and_its_dtype():
+    _, attention_mask, _ = ragged_batch(vocab_size=10)
+    packed = pack_rows(attention_mask, response_length=5)
+    assert packed.to(torch.device("cpu")) is packed  # already there: no copy
+    moved = packed.to(torch.device("meta"))  # another device: one copy, split back into the fields
+    assert moved.cu_seqlens.dtype == torch.int32 and moved.indices.dtype == torch.long
+    assert [t.shape for t in (moved.indices, moved.cu_seqlens, moved.response_rows, moved.sources)] == [
+        t.shape for t in (packed.indices, packed.cu_seqlens, packed.response_rows, packed.sources)
+    ]
+    assert (moved.max_len, moved.shape) == (packed.max_len, packed.shape)

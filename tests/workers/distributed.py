@@ -1,7 +1,6 @@
 """Run a function on N local ranks (spawned processes, gloo or NCCL) and collect what each rank returns."""
 
 import os
-import socket
 import tempfile
 import traceback
 from pathlib import Path
@@ -11,12 +10,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _rank_main(rank: int, world_size: int, port: int, out_dir: str, backend: str, fn, args) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
@@ -24,9 +17,12 @@ def _rank_main(rank: int, world_size: int, port: int, out_dir: str, backend: str
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)  # rank r trains on GPU r
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        # The store lives in the parent (run_ranks), so no rank's exit can pull it from under another's teardown.
+        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
         result = fn(rank, *args)
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.barrier()  # every rank done with its collectives before any tears the group down
     except BaseException:
         with open(os.path.join(out_dir, f"rank{rank}.err"), "w") as f:
             f.write(traceback.format_exc())
@@ -40,7 +36,8 @@ def run_ranks(fn, world_size: int, *args, timeout_s: float = 240.0, backend: str
     """`fn(rank, *args)` on `world_size` spawned ranks in one process group (`backend` "gloo", or "nccl" with rank r
     on GPU r); returns the per-rank results."""
     ctx = mp.get_context("spawn")
-    port = _free_port()
+    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+    port = store.port
     with tempfile.TemporaryDirectory() as out_dir:
         procs = [
             ctx.Process(target=_rank_main, args=(rank, world_size, port, out_dir, backend, fn, args))

@@ -38,7 +38,7 @@ def update_on_gpus(rank: int, path: str, data, world_size: int) -> dict:
     before, _ = actor.compute_log_prob(copy.deepcopy(shard))
     metrics = actor.update_policy(copy.deepcopy(shard))
     after, _ = actor.compute_log_prob(copy.deepcopy(shard))
-    params = {name: tensor.float().cpu() for name, tensor in iter_full_state(actor.module)}
+    params = {name: tensor.detach().float().cpu() for name, tensor in iter_full_state(actor.module)}
     return {"before": before.cpu(), "after": after.cpu(), "metrics": metrics, "params": params}
 
 
