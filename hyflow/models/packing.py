@@ -67,10 +67,11 @@ class PackedRows:
         behind the device's work like a kernel (the host does not wait)."""
         tensors = [self.indices, self.cu_seqlens, self.response_rows, self.response_cols, self.sources]
         present = [t for t in tensors if t is not None]
-        if present[0].device == torch.device(device):
+        device, here = torch.device(device), present[0].device
+        if device.type == here.type and device.index in (None, here.index):
             return self
         flat = torch.cat([t.long() for t in present])
-        if flat.device.type == "cpu" and torch.device(device).type == "cuda":
+        if here.type == "cpu" and device.type == "cuda":
             flat = flat.pin_memory()
         moved = iter(flat.to(device, non_blocking=True).split([t.numel() for t in present]))
         indices, cu_seqlens = next(moved), next(moved).int()
