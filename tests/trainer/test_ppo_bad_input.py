@@ -18,6 +18,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
+pytestmark = pytest.mark.usefixtures("in_tmp_path")
+
+
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad_input")
@@ -25,11 +28,6 @@ def assets(tmp_path_factory):
     (root / "raising_reward.py").write_text(RAISING_REWARD)
     found["raising_reward"] = str(root / "raising_reward.py")
     return found
-
-
-@pytest.fixture(autouse=True)
-def _run_in_tmp_path(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
 
 
 def test_a_dataset_row_without_a_ground_truth_stops_before_any_worker_starts(assets, tmp_path):

@@ -12,7 +12,7 @@ from hyflow.agent.server import WorkerServer
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300), pytest.mark.usefixtures("in_tmp_path")]
 
 CALCULATOR_TOOLS = Path(hyflow.agent.__file__).parent / "configs" / "calculator_tool.yaml"
 
@@ -39,10 +39,7 @@ class CountingServer:
         return await self.server.generate(request_id, prompt_ids, sampling_params)
 
 
-def test_tool_agent_grpo_runs_on_two_ray_rollout_workers_and_spreads_the_conversations(
-    ray_started_here, tmp_path, monkeypatch
-):
-    monkeypatch.chdir(tmp_path)
+def test_tool_agent_grpo_runs_on_two_ray_rollout_workers_and_spreads_the_conversations(ray_started_here, tmp_path):
     assets = build_assets(tmp_path / "assets")
     config = tiny_config(
         assets,

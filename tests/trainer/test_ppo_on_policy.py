@@ -16,14 +16,12 @@ from tests.trainer.ppo_testkit import actor_parameters, build_assets_with_reward
 ONE_STEP_PER_BATCH = ["actor_rollout_ref.actor.ppo_mini_batch_size=4"]
 
 
+pytestmark = pytest.mark.usefixtures("in_tmp_path")
+
+
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     return build_assets_with_reward(tmp_path_factory.mktemp("on_policy"))
-
-
-@pytest.fixture(autouse=True)
-def _run_in_tmp_path(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the trackers write under ./logs/<project>/<experiment>
 
 
 @pytest.mark.timeout(120)

@@ -7,7 +7,7 @@ import pytest
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300), pytest.mark.usefixtures("in_tmp_path")]
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +20,7 @@ def ray_started_here():
         ray.shutdown()
 
 
-def test_grpo_on_the_ray_backend_trains_two_data_parallel_workers(ray_started_here, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_grpo_on_the_ray_backend_trains_two_data_parallel_workers(ray_started_here, tmp_path):
     assets = build_assets(tmp_path / "assets")
     config = tiny_config(
         assets,

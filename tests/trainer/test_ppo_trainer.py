@@ -18,15 +18,12 @@ from hyflow.algorithms.registry import register_adv_est, register_policy_loss
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.ppo_testkit import actor_parameters, build_assets_with_reward, tiny_config, train
 
+pytestmark = pytest.mark.usefixtures("in_tmp_path")
+
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     return build_assets_with_reward(tmp_path_factory.mktemp("ppo"))
-
-
-@pytest.fixture(autouse=True)
-def _run_in_tmp_path(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the trackers write under ./logs/<project>/<experiment>
 
 
 @pytest.mark.timeout(120)
