@@ -39,6 +39,7 @@ __all__ = [
     "micro_batch_on_device",
     "reduce_metrics_across_ranks",
     "run_ppo_epochs",
+    "warn_about_skipped_steps",
 ]
 
 MicroBatchLoss = Callable[[TensorDict, PackedRows | None, dict[str, Any]], tuple[torch.Tensor, dict[str, torch.Tensor]]]
