@@ -1,0 +1,87 @@
+"""Load a vision-language model's processor (image processor + tokenizer + chat template) from a local folder.
+
+    processor = load_processor(model_path)          # None for a text-only model folder
+    inputs = processor(text=[prompt], images=[image], return_tensors="pt")   # input_ids, pixel_values, image_grid_thw
+
+`AutoProcessor` is used where it can be. transformers' video processors need torchvision, and without it
+`Qwen2VLProcessor` cannot even be built (its constructor checks the video processor's class); for the Qwen2-VL
+family hyflow then builds `ImageTextProcessor`, the same processor without videos, from the folder's image
+processor, tokenizer and chat template, so image-only training runs on a plain CPU install.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
+from transformers.utils import is_torchvision_available
+
+logger = logging.getLogger(__name__)
+
+QWEN2_VL_FAMILY = ("qwen2_vl", "qwen2_5_vl")
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+class ImageTextProcessor(Qwen2VLProcessor):
+    """`Qwen2VLProcessor` with images only (no video processor), for installs without torchvision."""
+
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs):
+        super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+
+def is_multimodal_folder(path: str | os.PathLike) -> bool:
+    """Whether a model folder holds a processor (an image processor config beside the tokenizer)."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in PROCESSOR_FILES)
+
+
+def save_processor(processor: Qwen2VLProcessor, path: str | os.PathLike) -> None:
+    """Save so that `AutoProcessor` (with torchvision) and `load_processor` (without) both load the folder."""
+    processor.save_pretrained(path)
+    config_file = os.path.join(path, "processor_config.json")
+    with open(config_file) as f:
+        config = json.load(f)
+    if config.get("processor_class") == ImageTextProcessor.__name__:
+        config["processor_class"] = Qwen2VLProcessor.__name__
+        with open(config_file, "w") as f:
+            json.dump(config, f, indent=2)
+
+
+def _model_type(path: str) -> str | None:
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        return None
+    with open(config_file) as f:
+        return json.load(f).get("model_type")
+
+
+def _chat_template(path: str) -> str | None:
+    template_file = os.path.join(path, "chat_template.jinja")
+    if os.path.isfile(template_file):
+        with open(template_file, encoding="utf-8") as f:
+            return f.read()
+    return None
+
+
+def load_processor(
+    path: str | os.PathLike,
+    trust_remote_code: bool = False,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+) -> Any | None:
+    """The folder's processor, or None when it has none (a text-only model); `min_pixels` / `max_pixels` override
+    the image processor's size limits (verl's `data.min_pixels` / `data.max_pixels`: pixels per image)."""
+    path = os.path.expanduser(os.fspath(path))
+    if not is_multimodal_folder(path):
+        return None
+    size_kwargs = {key: value for key, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if value}
+    model_type = _model_type(path)
+    if is_torchvision_available() or model_type not in QWEN2_VL_FAMILY:
+        return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **size_kwargs)
+    logger.info("torchvision is not installed: loading %s's processor for images only (no videos)", path)
+    image_processor = AutoImageProcessor.from_pretrained(path, **size_kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return ImageTextProcessor(image_processor, tokenizer, chat_template=_chat_template(path))
