@@ -38,3 +38,7 @@ class DataConfig:
     train_max_samples: int = -1  # -1: all rows
     val_max_samples: int = -1
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    image_key: str = "images"  # column of each row's images (verl's multimodal schema)
+    video_key: str = "videos"  # column of each row's videos (not supported yet: a row with videos is refused)
+    min_pixels: int | None = None  # per-image pixel bounds for the processor's resize; None: the processor's own
+    max_pixels: int | None = None

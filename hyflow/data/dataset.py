@@ -9,6 +9,11 @@ Everything is checked and tokenized when the dataset is built, so a malformed ro
 `filter_overlong_prompts` is set (the count is logged), otherwise truncated left, right or in the middle.
 
 Shapes of one item: input_ids, attention_mask, position_ids are (P,) with P = `max_prompt_length`, left-padded.
+
+With a `processor` (a vision-language model's, `hyflow.models.processor.load_processor`), rows may carry images
+(`data.image_key`, verl's schema, see `hyflow.data.multimodal`): the prompt ids then hold each image's pad tokens
+(so `max_prompt_length` counts them), position_ids are Qwen2-VL's M-RoPE rows (3, P), and each item adds
+`multi_modal_data` ({"image": [PIL images]}) and `multi_modal_inputs` (pixel_values, image_grid_thw).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from torch.utils.data import Dataset
 
 from hyflow import fields as F
 from hyflow.config.data import DataConfig
-from hyflow.data.schema import check_row, row_tools
+from hyflow.data.multimodal import mrope_position_ids, process_prompt, row_images, to_content_parts
+from hyflow.data.schema import RowError, check_row, row_tools
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +90,7 @@ class RLHFDataset(Dataset):
     """Prompts of one or more files, validated, chat-templated and tokenized up front.
 
     `data_files`: a path or a list of paths. `max_samples` > 0 keeps only the first that many rows (after
-    filtering). `processor` (multimodal inputs) is not supported yet and must be None.
+    filtering). `processor`: a vision-language processor for rows with images (None: text only).
     """
 
     def __init__(
@@ -95,8 +101,6 @@ class RLHFDataset(Dataset):
         processor: Any = None,
         max_samples: int = -1,
     ) -> None:
-        if processor is not None:
-            raise ValueError("RLHFDataset: multimodal processors are not supported; pass processor=None.")
         if config.truncation not in _TRUNCATION_MODES:
             raise ValueError(
                 f"data.truncation={config.truncation!r} is not allowed; use one of {list(_TRUNCATION_MODES)}."
@@ -104,6 +108,7 @@ class RLHFDataset(Dataset):
         if tokenizer.pad_token_id is None:
             raise ValueError("RLHFDataset: the tokenizer has no pad token; set tokenizer.pad_token before training.")
         self.tokenizer = tokenizer
+        self.processor = processor
         self.config = config
         self.data_files = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
         if not self.data_files:
@@ -148,6 +153,12 @@ class RLHFDataset(Dataset):
                         f"tokens, more than data.max_prompt_length={limit}. Raise max_prompt_length, set "
                         "data.filter_overlong_prompts=True, or data.truncation to 'left', 'right' or 'middle'."
                     )
+        elif self.processor is not None and any(len(prompt) > limit for prompt in ids):
+            raise ValueError(
+                f"data file {path!r}: prompts with images longer than data.max_prompt_length={limit} cannot be "
+                "truncated (a cut would split an image's tokens); raise max_prompt_length or set "
+                "data.filter_overlong_prompts=True."
+            )
         else:
             ids = [truncate_ids(prompt, limit, config.truncation) for prompt in ids]
         self.rows.extend(rows)
@@ -161,7 +172,18 @@ class RLHFDataset(Dataset):
             kwargs["tools"] = tools
         return self.tokenizer.apply_chat_template(row[self.config.prompt_key], **kwargs)
 
+    def _multimodal_prompt(self, row: dict[str, Any], source: str, index: int) -> tuple[list[int], dict, dict]:
+        """(ids, multi_modal_data, multi_modal_inputs) of a row through the processor; decodes its images."""
+        error = RowError(source, index)
+        images = row_images(row, self.config.image_key, self.config.video_key, error)
+        messages = to_content_parts(row[self.config.prompt_key], len(images), error, self.config.prompt_key)
+        text = self.render_prompt({**row, self.config.prompt_key: messages}, source, index)
+        ids, multi_modal_inputs = process_prompt(self.processor, text, images)
+        return ids, {"image": images}, multi_modal_inputs
+
     def _tokenize_prompt(self, row: dict[str, Any], path: str, index: int) -> list[int]:
+        if self.processor is not None:
+            return self._multimodal_prompt(row, f"data file {path!r}", index)[0]
         text = self.render_prompt(row, f"data file {path!r}", index)
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if not ids:
@@ -200,4 +222,19 @@ class RLHFDataset(Dataset):
         }
         if self.config.return_raw_chat:
             sample[F.RAW_PROMPT] = row[self.config.prompt_key]
+        if self.processor is not None:
+            self._add_multimodal(sample, row, item)
         return sample
+
+    def _add_multimodal(self, sample: dict[str, Any], row: dict[str, Any], item: int) -> None:
+        """The item's images for generation and training, and its M-RoPE position ids (3, P)."""
+        _, multi_modal_data, multi_modal_inputs = self._multimodal_prompt(row, "dataset", item)
+        sample[F.MULTI_MODAL_DATA] = multi_modal_data
+        sample[F.MULTI_MODAL_INPUTS] = multi_modal_inputs
+        sample[F.POSITION_IDS] = mrope_position_ids(
+            sample[F.INPUT_IDS],
+            sample[F.ATTENTION_MASK],
+            multi_modal_inputs.get("image_grid_thw"),
+            self.processor.image_token_id,
+            self.processor.image_processor.merge_size,
+        )
