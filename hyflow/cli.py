@@ -18,10 +18,7 @@ from collections.abc import Callable, Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("hyflow.demo:main", "tiny model, SFT, then GRPO on a synthetic task: RL end to end in minutes"),
     "train": ("hyflow.trainer.main_ppo:main", "PPO/GRPO training: Hydra overrides with verl's keys (key=value ...)"),
-    "prepare-data": (
-        "hyflow.data.prepare:main",
-        "write train/test parquet for a task (gsm8k, math, geo3k, shapes, ...)",
-    ),
+    "prepare-data": ("hyflow.data.prepare:main", "write train/test parquet for a task (gsm8k, geo3k, shapes, ...)"),
     "generate": ("hyflow.rollout.generate:main", "batch generation over a parquet of chat prompts"),
     "serve": ("hyflow.rollout.server:main", "OpenAI-compatible HTTP API on hyflow's generation engine (--model PATH)"),
     "serve-retrieval": ("hyflow.agent.retrieval_server:main", "BM25 search over a JSONL corpus, for the search tool"),
