@@ -16,8 +16,15 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+)
 
+from hyflow.models.multimodal import is_vision_language
 from hyflow.models.value_head import ValueModel
 
 logger = logging.getLogger(__name__)
@@ -91,13 +98,15 @@ def load_causal_lm(
     attn_implementation: str | None = None,
     key: str = "actor_rollout_ref.model.path",
 ) -> torch.nn.Module:
-    """`AutoModelForCausalLM.from_pretrained` on a checked local folder, in `dtype`, with config overrides."""
+    """`AutoModelForCausalLM.from_pretrained` on a checked local folder, in `dtype`, with config overrides; a
+    vision-language folder (its config has a `vision_config`) loads with `AutoModelForImageTextToText`."""
     path = check_local_model_folder(path, key)
     config = load_model_config(path, override_config, trust_remote_code)
     kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "config": config, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    auto_class = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
+    return auto_class.from_pretrained(path, **kwargs)
 
 
 def load_value_model(

@@ -7,6 +7,10 @@ N = B·R response positions.
     log_probs, entropy = policy(input_ids, attention_mask, position_ids, responses, temperature=1.0,
                                 compute_entropy=True)                                    # (B, R), (B, R)
 
+A vision-language model (Qwen2-VL & co., `AutoModelForImageTextToText`) takes `multi_modal_inputs` too: one dict
+per row (`pixel_values` (n_i, D), `image_grid_thw` (k_i, 3)), concatenated in row order for the batch, and
+`position_ids` (B, 3, T), the M-RoPE rows; its vision tower runs inside the same forward.
+
 Why a wrapper: the LM head runs on the response positions only, in chunks of `chunk_size` positions, so the
 (B, T, V) logits never exist at once; under autograd each chunk is checkpointed, so backward keeps only the hidden
 states and recomputes one chunk's logits at a time. It is also the module FSDP2 shards at the root, so one root
@@ -20,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hyflow.models.kernels.dispatch import use_triton
+from hyflow.models.multimodal import batch_vision_inputs, is_vision_language, vision_language_backbone
 from hyflow.models.packing import PackedRows, forward_packed, pack_rows, use_varlen_attention
 
 DEFAULT_CHUNK_SIZE = 1024  # torch reference: chunk_size × V × 4 bytes of fp32 logits, twice in backward
@@ -179,6 +184,11 @@ class PolicyModel(nn.Module):
         self.chunk_size = chunk_size
         self.use_fused_kernels = use_fused_kernels
         self.remove_padding = remove_padding
+        if remove_padding and is_vision_language(lm.config):
+            raise ValueError(
+                "model.use_remove_padding=True is not supported for vision-language models yet (the packed forward "
+                "covers text decoders); set actor_rollout_ref.model.use_remove_padding=False (and critic.model.*)."
+            )
         if remove_padding:
             use_varlen_attention(lm)
 
@@ -195,16 +205,22 @@ class PolicyModel(nn.Module):
         temperature: float = 1.0,
         compute_entropy: bool = False,
         packed: PackedRows | None = None,
+        multi_modal_inputs: list[dict[str, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (B, R) of `responses`, and entropies when asked. `packed`: the batch's `pack_rows(attention_mask,
         R)` made on the host and moved here (`PackedRows.to`), used with `remove_padding` (else packed from the mask
-        here, which waits for the device)."""
+        here, which waits for the device). `multi_modal_inputs`: per-row processor outputs of a vision-language
+        model (None or all empty: text only)."""
+        vision = batch_vision_inputs(multi_modal_inputs, input_ids.device)
         if self.remove_padding:
             packed_inputs = (input_ids, attention_mask, position_ids, responses)
             return self._forward_packed(*packed_inputs, temperature, compute_entropy, packed)
         batch_size, response_length = responses.shape
-        hidden = self.lm.get_decoder()(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        backbone = vision_language_backbone(self.lm) if vision or position_ids.dim() == 3 else self.lm.get_decoder()
+        if position_ids.dim() == 3:  # (B, 3, T) M-RoPE rows -> the (3, B, T) the model reads
+            position_ids = position_ids.transpose(0, 1)
+        hidden = backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **vision
         ).last_hidden_state
         # The token at position t is predicted from the hidden state at t − 1.
         hidden = hidden[:, -response_length - 1 : -1].reshape(batch_size * response_length, -1)

@@ -1,7 +1,7 @@
 """DataProto in and out of a rollout: unpadded prompts from a left-padded batch, and responses packed back into the
 layout the actor expects. Shared by the engine rollout and the `transformers.generate` fallback.
 
-In:  input_ids, attention_mask, position_ids (B, P), prompts left-padded.
+In:  input_ids, attention_mask, position_ids (B, P) (or (B, 3, P), a VLM's M-RoPE rows), prompts left-padded.
 Out: prompts (B, P); responses, response_mask, rollout_log_probs (B, R), right-padded to R = response_length;
      input_ids, attention_mask, position_ids (B, P + R); non-tensor finish_reason (B,).
 """
@@ -43,7 +43,8 @@ def pack_responses(
         response_log_probs[i, : len(lps)] = torch.tensor(lps, dtype=torch.float32)
     response_ids, response_mask = response_ids.to(device), response_mask.to(device)
     steps = torch.arange(1, response_length + 1, device=device).unsqueeze(0)
-    response_positions = prompt_positions[:, -1:] + steps
+    response_positions = prompt_positions[..., -1:] + steps  # (B, R), or (B, 3, R) for M-RoPE (text: all rows +1)
+
     tensors = {
         F.PROMPTS: prompts,
         F.RESPONSES: response_ids,
@@ -51,7 +52,7 @@ def pack_responses(
         F.ROLLOUT_LOG_PROBS: response_log_probs.to(device),
         F.INPUT_IDS: torch.cat([prompts, response_ids], dim=1),
         F.ATTENTION_MASK: torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1),
-        F.POSITION_IDS: torch.cat([prompt_positions, response_positions], dim=1),
+        F.POSITION_IDS: torch.cat([prompt_positions, response_positions], dim=-1),
     }
     non_tensors = dict(prompt_batch.non_tensor_batch)
     non_tensors[F.FINISH_REASON] = np.array(finish_reasons, dtype=object)

@@ -37,7 +37,7 @@ from hyflow import fields as F
 from hyflow.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
 from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
-from hyflow.workers.batching import pad_responses, restore_order
+from hyflow.workers.batching import multi_modal_rows, pad_responses, restore_order, select_model_inputs
 from hyflow.workers.fsdp import training_device
 from hyflow.workers.micro_batch_loop import forward_without_grad, run_ppo_epochs
 
@@ -77,6 +77,7 @@ class DataParallelPPOActor:
             temperature=temperature,
             compute_entropy=compute_entropy,
             packed=packed,
+            multi_modal_inputs=multi_modal_rows(micro),
         )
 
     def compute_log_prob(
@@ -87,7 +88,7 @@ class DataParallelPPOActor:
         `data.meta_info`: `temperature` (the rollout's; logits are divided by it), `micro_batch_size`,
         `use_dynamic_bsz`, `max_token_len` (the token budget when dynamic).
         """
-        batch = data.batch.select(*MODEL_INPUTS)
+        batch = select_model_inputs(data, MODEL_INPUTS)
         temperature = data.meta_info.get(F.TEMPERATURE, 1.0)
         forward = functools.partial(self._forward, temperature=temperature, compute_entropy=calculate_entropy)
         outputs, bins = forward_without_grad(self.module, batch, data.meta_info, self.device, forward)
@@ -184,7 +185,7 @@ class DataParallelPPOActor:
         if self.optimizer is None:
             raise ValueError("DataParallelPPOActor.update_policy needs an optimizer (this actor was built without).")
         temperature = data.meta_info.get(F.TEMPERATURE, 1.0)
-        batch = data.batch.select(*self._update_keys(data))
+        batch = select_model_inputs(data, self._update_keys(data))
         self.module.train()
         metrics = run_ppo_epochs(
             self.module,

@@ -18,9 +18,10 @@ import math
 
 import torch
 import torch.distributed as dist
-from tensordict import TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from hyflow import fields as F
+from hyflow.protocol import DataProto
 
 
 def split_mini_batches(
@@ -129,6 +130,9 @@ def trim_padding(micro: TensorDict, multiple: int = 64) -> TensorDict:
     response token. (B, T) fields lose both sides, (B, R) fields the right side; the results for the kept
     columns are unchanged, and callers pad outputs back to R with zeros. Works on host tensors (no device sync).
 
+    Token columns are the last dimension, so (B, 3, T) M-RoPE position ids are trimmed like (B, T) fields; a
+    non-tensor entry (per-row `multi_modal_inputs`) is kept as it is.
+
     The kept width is rounded up to a multiple of `multiple` columns (where the batch has them), so the attention
     kernels see aligned, recurring shapes instead of a new odd length per micro-batch.
     """
@@ -145,13 +149,32 @@ def trim_padding(micro: TensorDict, multiple: int = 64) -> TensorDict:
     keep, start = keep + grow_right, max(0, start - (missing - grow_right))
     trimmed = {}
     for key, value in micro.items():
-        if value.dim() >= 2 and value.shape[1] == total_length:
-            trimmed[key] = value[:, start : prompt_length + keep]
-        elif value.dim() >= 2 and value.shape[1] == response_length:
-            trimmed[key] = value[:, :keep]
+        if not isinstance(value, torch.Tensor) or value.dim() < 2:
+            trimmed[key] = value
+        elif value.shape[-1] == total_length:
+            trimmed[key] = value[..., start : prompt_length + keep]
+        elif value.shape[-1] == response_length:
+            trimmed[key] = value[..., :keep]
         else:
             trimmed[key] = value
     return TensorDict(trimmed, batch_size=micro.batch_size)
+
+
+def select_model_inputs(data: DataProto, keys: tuple[str, ...] | list[str]) -> TensorDict:
+    """The batch's tensors `keys`, plus the per-row `multi_modal_inputs` (a non-tensor stack) when the rows have
+    them, so every split, shuffle and token-budget bin of the rows carries their images along."""
+    batch = data.batch.select(*keys)
+    rows = data.non_tensor_batch.get(F.MULTI_MODAL_INPUTS)
+    if rows is not None:
+        batch[F.MULTI_MODAL_INPUTS] = NonTensorStack(*(NonTensorData(dict(row)) for row in rows))
+    return batch
+
+
+def multi_modal_rows(micro: TensorDict) -> list[dict[str, torch.Tensor]] | None:
+    """The per-row `multi_modal_inputs` that `select_model_inputs` put into a (micro-)batch, or None."""
+    if F.MULTI_MODAL_INPUTS not in micro.keys():  # noqa: SIM118 (TensorDict membership)
+        return None
+    return list(micro[F.MULTI_MODAL_INPUTS])
 
 
 def pad_responses(values: torch.Tensor, response_length: int) -> torch.Tensor:

@@ -1,0 +1,74 @@
+"""What the training engine needs to know about vision-language models (Qwen2-VL & co.).
+
+    is_vision_language(config)               # the config has a vision tower (`vision_config`)
+    backbone = vision_language_backbone(lm)  # vision tower + language model, returns hidden states
+    vision = batch_vision_inputs(rows, device)   # {"pixel_values": (ΣN_i, D), "image_grid_thw": (ΣK_i, 3)}
+    freeze_vision_tower(lm)                  # no gradients into the vision encoder (its merger stays trainable)
+
+Per-row processor outputs (`multi_modal_inputs`, one dict per row) are concatenated in row order: the model
+scatters the image embeddings into the `<|image_pad|>` positions of the batch in that same order, so any subset of
+rows (a micro-batch, a token-budget bin, a shuffled mini-batch) stays consistent as long as its rows' dicts travel
+with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw")
+
+
+def is_vision_language(config: Any) -> bool:
+    """Whether a Hugging Face config describes a vision-language model (it has a `vision_config`)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def _base_model(lm: nn.Module) -> nn.Module:
+    """The Hugging Face model under a peft wrapper (the model itself otherwise)."""
+    return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+
+
+def vision_language_backbone(lm: nn.Module) -> nn.Module:
+    """The module that maps (input_ids, pixel_values, ...) to the last hidden states (`Qwen2VLModel` & co.)."""
+    base = _base_model(lm)
+    backbone = getattr(base, "model", None)
+    if backbone is None or not is_vision_language(base.config):
+        raise ValueError(
+            f"{type(base).__name__} got image inputs but is not a vision-language model (no vision_config); "
+            "point model.path at a VLM folder (e.g. Qwen2-VL) or drop the data's images column."
+        )
+    return backbone
+
+
+def vision_tower(lm: nn.Module) -> nn.Module:
+    """The vision encoder of a vision-language model (`model.visual` in Qwen2-VL / Qwen2.5-VL)."""
+    backbone = vision_language_backbone(lm)
+    for name in ("visual", "vision_tower", "vision_model"):
+        if isinstance(getattr(backbone, name, None), nn.Module):
+            return getattr(backbone, name)
+    raise ValueError(f"{type(backbone).__name__} has no vision tower named visual / vision_tower / vision_model.")
+
+
+def freeze_vision_tower(lm: nn.Module) -> int:
+    """Stop gradients into the vision encoder's blocks (the patch merger, which projects into the language model,
+    stays trainable as in verl's `freeze_vision_tower`); returns the number of frozen parameters."""
+    tower = vision_tower(lm)
+    frozen = 0
+    for name, parameter in tower.named_parameters():
+        if not name.startswith("merger."):
+            parameter.requires_grad_(False)
+            frozen += parameter.numel()
+    return frozen
+
+
+def batch_vision_inputs(rows: list[dict[str, torch.Tensor]] | None, device: torch.device) -> dict[str, torch.Tensor]:
+    """The rows' vision inputs concatenated in row order and moved to `device`; {} when no row has any."""
+    if not rows:
+        return {}
+    present = [row for row in rows if row and row.get("pixel_values") is not None]
+    if not present:
+        return {}
+    return {key: torch.cat([row[key] for row in present]).to(device) for key in VISION_INPUT_KEYS}

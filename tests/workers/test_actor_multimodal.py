@@ -1,0 +1,107 @@
+"""DataParallelPPOActor on a tiny Qwen2-VL: per-row images travel with their rows through every micro-batch cut."""
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText
+
+from hyflow import fields as F
+from hyflow.config.actor_rollout_ref import ActorConfig
+from hyflow.config.data import DataConfig
+from hyflow.data.collate import collate_fn
+from hyflow.data.dataset import RLHFDataset
+from hyflow.data.prepare import prepare_task
+from hyflow.models.loader import load_causal_lm
+from hyflow.models.multimodal import freeze_vision_tower, vision_tower
+from hyflow.models.policy import PolicyModel
+from hyflow.models.processor import load_processor
+from hyflow.models.tiny_vlm import build_tiny_vlm
+from hyflow.protocol import DataProto
+from hyflow.rollout.batch import pack_responses
+from hyflow.workers.actor import DataParallelPPOActor
+from hyflow.workers.optim import build_optimizer
+
+RESPONSE_LENGTH = 5
+
+
+@pytest.fixture(scope="module")
+def vlm_path(tmp_path_factory):
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture(scope="module")
+def image_batch(vlm_path, tmp_path_factory):
+    """6 rows of the shapes task (pictures of 28 to 84 pixels, so rows differ in image tokens), with random
+    responses of random lengths, in the layout the rollout hands the actor."""
+    folder = tmp_path_factory.mktemp("shapes")
+    written = prepare_task("shapes", folder, train_size=6, test_size=1, image_size=84, max_count=3)
+    processor = load_processor(vlm_path)
+    dataset = RLHFDataset(written["train"], processor.tokenizer, DataConfig(max_prompt_length=64), processor)
+    prompts = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    generator = torch.Generator().manual_seed(0)
+    responses = [torch.randint(3, 300, (int(n),), generator=generator).tolist() for n in [5, 2, 4, 1, 5, 3]]
+    data = pack_responses(prompts, responses, [[0.0] * len(r) for r in responses], ["stop"] * 6, RESPONSE_LENGTH, 0)
+    data.batch[F.ADVANTAGES] = torch.randn(6, RESPONSE_LENGTH, generator=generator)
+    return data
+
+
+def plain_transformers_log_probs(path, data):
+    """Each row alone through the Hugging Face model with its own images, full logits, log-softmax, gather."""
+    model = AutoModelForImageTextToText.from_pretrained(path).eval()
+    rows = []
+    for i in range(len(data)):
+        mask = data.batch[F.ATTENTION_MASK][i].bool()
+        input_ids = data.batch[F.INPUT_IDS][i][mask][None]
+        inputs = data.non_tensor_batch[F.MULTI_MODAL_INPUTS][i]
+        mm_token_type_ids = (input_ids == model.config.image_token_id).long()
+        with torch.no_grad():
+            logits = model(input_ids=input_ids, mm_token_type_ids=mm_token_type_ids, **inputs).logits[0]
+        response = data.batch[F.RESPONSES][i]
+        num_tokens = int(data.batch[F.RESPONSE_MASK][i].sum())
+        lp = torch.log_softmax(logits[-num_tokens - 1 : -1].float(), -1).gather(-1, response[:num_tokens, None])
+        rows.append(torch.nn.functional.pad(lp[:, 0], (0, RESPONSE_LENGTH - num_tokens)))
+    return torch.stack(rows)
+
+
+def build_actor(path, **overrides):
+    config = ActorConfig(ppo_mini_batch_size=6, **overrides)
+    config.optim.lr = 1e-2
+    policy = PolicyModel(load_causal_lm(path), chunk_size=7)
+    return DataParallelPPOActor(config, policy, build_optimizer(policy.parameters(), config.optim), mini_batch_size=6)
+
+
+@pytest.mark.parametrize("cut", [{F.MICRO_BATCH_SIZE: 6}, {F.MICRO_BATCH_SIZE: 4}, {F.MAX_TOKEN_LEN: 80}])
+def test_log_probs_with_images_equal_a_plain_transformers_forward_however_the_batch_is_cut(vlm_path, image_batch, cut):
+    actor = build_actor(vlm_path)
+    data = image_batch
+    data.meta_info.update({F.TEMPERATURE: 1.0, F.MICRO_BATCH_SIZE: None, F.USE_DYNAMIC_BSZ: F.MAX_TOKEN_LEN in cut})
+    data.meta_info.update(cut)
+    log_probs, _ = actor.compute_log_prob(data)
+    expected = plain_transformers_log_probs(vlm_path, data)
+    torch.testing.assert_close(log_probs, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_an_update_on_image_rows_is_the_same_for_any_micro_batch_size(vlm_path, image_batch):
+    states = []
+    for micro_batch_size in (6, 3):
+        torch.manual_seed(0)
+        actor = build_actor(vlm_path, ppo_micro_batch_size_per_gpu=micro_batch_size)
+        image_batch.meta_info[F.TEMPERATURE] = 1.0
+        actor.update_policy(image_batch)
+        states.append({k: v.clone() for k, v in actor.module.state_dict().items()})
+    for name, value in states[0].items():
+        torch.testing.assert_close(value, states[1][name], rtol=1e-4, atol=1e-4, msg=name)  # lr 1e-2: noise only
+    tower = vision_tower(build_actor(vlm_path).module.lm)
+    assert not torch.equal(states[0]["lm.model.visual.blocks.0.mlp.fc1.weight"], tower.blocks[0].mlp.fc1.weight)
+
+
+def test_freeze_vision_tower_keeps_the_encoder_and_trains_its_merger(vlm_path, image_batch):
+    actor = build_actor(vlm_path)
+    frozen = freeze_vision_tower(actor.module.lm)
+    tower = vision_tower(actor.module.lm)
+    before = {name: p.detach().clone() for name, p in tower.named_parameters()}
+    image_batch.meta_info[F.TEMPERATURE] = 1.0
+    actor.update_policy(image_batch)
+    assert frozen > 0
+    for name, parameter in tower.named_parameters():
+        changed = not torch.equal(before[name], parameter)
+        assert changed == name.startswith("merger."), name
