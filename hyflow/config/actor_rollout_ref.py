@@ -65,6 +65,7 @@ class ActorConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    freeze_vision_tower: bool = False  # vision-language models: no gradients into the vision encoder
 
     def __post_init__(self) -> None:
         if self.clip_ratio_low is None:

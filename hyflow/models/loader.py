@@ -16,15 +16,9 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoModelForImageTextToText,
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from hyflow.models.multimodal import is_vision_language
+from hyflow.models.multimodal import auto_model_class
 from hyflow.models.value_head import ValueModel
 
 logger = logging.getLogger(__name__)
@@ -105,8 +99,7 @@ def load_causal_lm(
     kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "config": config, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    auto_class = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
-    return auto_class.from_pretrained(path, **kwargs)
+    return auto_model_class(config).from_pretrained(path, **kwargs)
 
 
 def load_value_model(

@@ -1,6 +1,7 @@
 """What the training engine needs to know about vision-language models (Qwen2-VL & co.).
 
     is_vision_language(config)               # the config has a vision tower (`vision_config`)
+    auto_model_class(config)                 # AutoModelForImageTextToText for a VLM, else AutoModelForCausalLM
     backbone = vision_language_backbone(lm)  # vision tower + language model, returns hidden states
     vision = batch_vision_inputs(rows, device)   # {"pixel_values": (ΣN_i, D), "image_grid_thw": (ΣK_i, 3)}
     freeze_vision_tower(lm)                  # no gradients into the vision encoder (its merger stays trainable)
@@ -24,6 +25,14 @@ VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw")
 def is_vision_language(config: Any) -> bool:
     """Whether a Hugging Face config describes a vision-language model (it has a `vision_config`)."""
     return getattr(config, "vision_config", None) is not None
+
+
+def auto_model_class(config: Any) -> type:
+    """The transformers Auto class that builds a model of `config`: image-text-to-text for a vision-language
+    model, causal LM otherwise (the one place that choice is made)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
 
 
 def _base_model(lm: nn.Module) -> nn.Module:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from typing import Any
 
 from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
@@ -48,6 +49,17 @@ def save_processor(processor: Qwen2VLProcessor, path: str | os.PathLike) -> None
         config["processor_class"] = Qwen2VLProcessor.__name__
         with open(config_file, "w") as f:
             json.dump(config, f, indent=2)
+
+
+def copy_processor_files(source: str | os.PathLike, destination: str | os.PathLike) -> list[str]:
+    """Copy a model folder's processor files (image processor config, processor config, chat template) into
+    `destination`, so a trained or merged folder loads with its processor; returns the names copied."""
+    copied = []
+    for name in (*PROCESSOR_FILES, "video_preprocessor_config.json", "chat_template.jinja", "chat_template.json"):
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copy(os.path.join(source, name), os.path.join(destination, name))
+            copied.append(name)
+    return copied
 
 
 def _model_type(path: str) -> str | None:

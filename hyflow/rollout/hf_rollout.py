@@ -3,6 +3,12 @@
 Same surface as the engine rollout (`generate_sequences`, `generate`, `load_weights`, `sleep`, `wake`), slower:
 no continuous batching and no paged cache. Log-probs come from the processed scores `generate` samples from
 (after temperature / top-k / top-p), like the engine's.
+
+Vision-language models (Qwen2-VL & co.) generate from the prompts' `multi_modal_inputs` (one dict of processor
+outputs per row, concatenated in row order) with the prompts' image pad tokens already expanded by the dataset;
+transformers computes the M-RoPE positions from `mm_token_type_ids`, as the dataset did for training. Their
+vision markup tokens (image / video pads, vision start / end) are never sampled: a pad in a response would be taken
+for an image slot by the training forward.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import torch
 from torch import nn
 
 from hyflow import fields as F
+from hyflow.models.multimodal import batch_vision_inputs
 from hyflow.protocol import DataProto
 from hyflow.rollout.batch import pack_responses
 from hyflow.rollout.config import SamplingParams
@@ -49,10 +56,29 @@ class HFRollout:
             self.eos_token_ids.append(tokenizer_eos)
         pad = tokenizer.pad_token_id if tokenizer is not None else getattr(model.config, "pad_token_id", None)
         self.pad_token_id = pad if pad is not None else (self.eos_token_ids or [0])[0]
+        vision_tokens = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+        self.suppressed_ids = [i for i in (getattr(model.config, n, None) for n in vision_tokens) if i is not None]
+
+    def _vision_kwargs(self, input_ids: torch.Tensor, rows: Any, device: torch.device) -> dict[str, torch.Tensor]:
+        """`generate`'s image inputs for the batch: pixel_values, image_grid_thw and the token types (1 = image)."""
+        vision = batch_vision_inputs(list(rows) if rows is not None else None, device)
+        if not vision:
+            return {}
+        image_token_id = getattr(self.model.config, "image_token_id", None)
+        if image_token_id is None:
+            raise ValueError(
+                f"the prompts carry images, but the rollout model {type(self.model).__name__} has no "
+                "image_token_id in its config; point model.path at a vision-language model."
+            )
+        return {**vision, "mm_token_type_ids": (input_ids == image_token_id).long().to(device)}
 
     @torch.no_grad()
     def _generate(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        params: SamplingParams,
+        multi_modal_inputs: Any = None,
     ) -> tuple[list[list[int]], list[list[float]], list[str]]:
         device = next(self.model.parameters()).device
         if params.seed is not None:
@@ -60,7 +86,9 @@ class HFRollout:
         out = self.model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
+            **self._vision_kwargs(input_ids, multi_modal_inputs, device),
             **_generate_kwargs(params, self.eos_token_ids, self.pad_token_id),
+            suppress_tokens=self.suppressed_ids or None,
         )
         new_tokens = out.sequences[:, input_ids.shape[1] :].cpu()
         log_probs = torch.stack([s.float().log_softmax(-1) for s in out.scores], dim=1).cpu()  # (B, R, V)
@@ -75,7 +103,8 @@ class HFRollout:
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         params = self.sampling_for(prompts.meta_info)
-        responses, lps, reasons = self._generate(prompts.batch[F.INPUT_IDS], prompts.batch[F.ATTENTION_MASK], params)
+        batch, images = prompts.batch, prompts.non_tensor_batch.get(F.MULTI_MODAL_INPUTS)
+        responses, lps, reasons = self._generate(batch[F.INPUT_IDS], batch[F.ATTENTION_MASK], params, images)
         return pack_responses(prompts, responses, lps, reasons, self.response_length, self.pad_token_id)
 
     async def generate(

@@ -105,6 +105,11 @@ class EngineRollout:
         self.pad_token_id = pad if pad is not None else min(self.engine.eos_token_ids, default=0)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
+        if F.MULTI_MODAL_INPUTS in prompts.non_tensor_batch:
+            raise ValueError(
+                "the prompts carry images, but the hyflow engine has no multimodal prefill yet; set "
+                "actor_rollout_ref.rollout.name=hf (transformers.generate runs the vision-language model)."
+            )
         params = sampling_for_batch(self.config, prompts.meta_info)
         eos = prompts.meta_info.get(F.EOS_TOKEN_ID)
         if eos is not None:
@@ -167,13 +172,14 @@ def _load_hf_model(source: str | nn.Module, dtype: str) -> nn.Module:
         return source
     import transformers
     from packaging.version import Version
-    from transformers import AutoModelForCausalLM
+
+    from hyflow.models.multimodal import auto_model_class
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch_dtype = getattr(torch, dtype) if device == "cuda" else torch.float32
     # transformers 4.56 renamed `torch_dtype` to `dtype`; older versions would silently ignore `dtype`.
     key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
-    return AutoModelForCausalLM.from_pretrained(source, **{key: torch_dtype}).to(device)
+    return auto_model_class(_auto_config(source)).from_pretrained(source, **{key: torch_dtype}).to(device)
 
 
 def build_rollout(config: Any, model: str | nn.Module, tokenizer: Any) -> EngineRollout | HFRollout:

@@ -85,6 +85,7 @@ class PPOTrainer:
                 "(or run `hyflow demo`, which builds a tiny model and trains it)."
             )
         self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=model.trust_remote_code)
+        self.processor = self._processor()
         self.train_loader = build_dataloader(self._dataset(config.data.train_files, "train"), config.data, train=True)
         self.total_training_steps = self._total_training_steps()
         config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
@@ -117,6 +118,15 @@ class PPOTrainer:
             logger.info(stages.skipped_old_log_prob_message(config))
 
     # ---- set-up -----------------------------------------------------------------------------------------
+    def _processor(self) -> Any:
+        """The model folder's processor for a vision-language model (None for a text-only one)."""
+        from hyflow.models.processor import load_processor
+
+        model, data = self.config.actor_rollout_ref.model, self.config.data
+        if model.path is None:
+            return None
+        return load_processor(model.path, model.trust_remote_code, data.min_pixels, data.max_pixels)
+
     def _dataset(self, files: Any, split: str) -> RLHFDataset:
         data = self.config.data
         if not files:
@@ -125,7 +135,7 @@ class PPOTrainer:
                 "`hyflow prepare-data arith --output data/arith`), or run `hyflow demo`."
             )
         max_samples = data.train_max_samples if split == "train" else data.val_max_samples
-        return RLHFDataset(files, self.tokenizer, data, max_samples=max_samples)
+        return RLHFDataset(files, self.tokenizer, data, processor=self.processor, max_samples=max_samples)
 
     def _total_training_steps(self) -> int:
         trainer = self.config.trainer

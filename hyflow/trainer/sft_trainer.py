@@ -38,6 +38,8 @@ from hyflow.config.sft import SFTConfig
 from hyflow.data.sampler import ResumableSampler
 from hyflow.data.sft_dataset import LOSS_MASK, SFTDataset, collate_sft
 from hyflow.models.lora import merged_hf_weights
+from hyflow.models.multimodal import auto_model_class
+from hyflow.models.processor import copy_processor_files
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR
 from hyflow.trainer.checkpoint_manager import CheckpointManager as StepCheckpoints
 from hyflow.trainer.tracking import Tracking
@@ -92,6 +94,7 @@ class SFTTrainer:
         model_config = config.model
         builders.import_external_lib(model_config)
         path = builders.model_path(model_config, "model.path")
+        self.model_path = path  # its processor files travel into checkpoints (vision-language models)
         self.tokenizer = builders.tokenizer_for(model_config, path, "model.tokenizer_path")
         if model_config.custom_chat_template:
             self.tokenizer.chat_template = model_config.custom_chat_template
@@ -251,7 +254,8 @@ class SFTTrainer:
             dist.barrier()
         lm = self.module.lm
         info = {"kind": "policy", "global_step": step, "lora": builders.lora_info(self.config.model), "source": "sft"}
-        assets = builders.hf_assets_saver(lm.config, self.tokenizer, getattr(_base_lm(lm), "generation_config", None))
+        generation_config = getattr(_base_lm(lm), "generation_config", None)
+        assets = builders.hf_assets_saver(lm.config, self.tokenizer, generation_config, self.model_path)
         self.shards.save(path / ACTOR_DIR, info=info, hf_assets=assets)
         if self.rank == 0:
             epoch, offset = divmod(step, self.steps_per_epoch)
@@ -280,7 +284,7 @@ class SFTTrainer:
                 state[name] = tensor.detach().to("cpu", copy=True)
         folder = os.fspath(folder)
         if self.rank == 0:
-            write_hf_folder(_base_lm(self.module.lm), state, self.tokenizer, folder)
+            write_hf_folder(_base_lm(self.module.lm), state, self.tokenizer, folder, self.model_path)
         if is_distributed():
             dist.barrier()
         return folder
@@ -291,14 +295,19 @@ def _base_lm(lm: torch.nn.Module) -> torch.nn.Module:
     return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
 
 
-def write_hf_folder(lm: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer: Any, folder: str) -> None:
-    """Save `state` (full tensors under Hugging Face names) as a model of `lm`'s class and config, atomically."""
+def write_hf_folder(
+    lm: torch.nn.Module,
+    state: dict[str, torch.Tensor],
+    tokenizer: Any,
+    folder: str,
+    processor_source: str | None = None,
+) -> None:
+    """Save `state` (full tensors under Hugging Face names) as a model of `lm`'s class and config, atomically;
+    a vision-language model's processor files are copied from the folder `processor_source`."""
     import shutil
 
-    from transformers import AutoModelForCausalLM
-
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(lm.config)
+        model = auto_model_class(lm.config).from_config(lm.config)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     tied = {"lm_head.weight"} if getattr(lm.config, "tie_word_embeddings", False) else set()
     if unexpected or set(missing) - tied:
@@ -310,6 +319,8 @@ def write_hf_folder(lm: torch.nn.Module, state: dict[str, torch.Tensor], tokeniz
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    if processor_source is not None:
+        copy_processor_files(processor_source, tmp)
     shutil.rmtree(folder, ignore_errors=True)
     os.rename(tmp, folder)
     logger.info("saved the SFT model as a Hugging Face folder: %s", folder)

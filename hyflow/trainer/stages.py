@@ -64,10 +64,13 @@ def new_prompt_batch(batch_dict: dict[str, Any], meta_info: dict[str, Any] | Non
 
 
 def generation_input(batch: DataProto, with_chat: bool, meta_info: dict[str, Any]) -> DataProto:
-    """The rollout's input: the prompt tensors and `meta_info`; with `with_chat` (agent loops) also every
-    non-tensor field (raw_prompt, agent_name, tools_kwargs, ...). `batch` keeps everything."""
+    """The rollout's input: the prompt tensors, `meta_info` and the prompts' `multi_modal_inputs` (if any); with
+    `with_chat` (agent loops) also every non-tensor field (raw_prompt, agent_name, tools_kwargs, ...). `batch`
+    keeps everything."""
     tensors = batch.select(batch_keys=list(GENERATION_INPUTS))
     non_tensors = dict(batch.non_tensor_batch) if with_chat else {}
+    if F.MULTI_MODAL_INPUTS in batch.non_tensor_batch:  # the prompts' images (vision-language models)
+        non_tensors[F.MULTI_MODAL_INPUTS] = batch.non_tensor_batch[F.MULTI_MODAL_INPUTS]
     return DataProto(batch=tensors.batch, non_tensor_batch=non_tensors, meta_info=dict(meta_info))
 
 

@@ -51,6 +51,7 @@ class ActorRolloutRefWorker(Worker):
         self.rollout: Any = None
         self.checkpoint_manager: CheckpointManager | None = None
         self.lr_scheduler: Any = None
+        self._model_path: str | None = None
         self._weights_version = 0  # bumped by every actor update
         self._rollout_version = 0  # the actor weights the engine holds
 
@@ -62,6 +63,7 @@ class ActorRolloutRefWorker(Worker):
         model_config = self.config.model
         builders.import_external_lib(model_config)
         path = builders.model_path(model_config, "actor_rollout_ref.model.path")
+        self._model_path = path  # its processor files travel into checkpoints (vision-language models)
         self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model.tokenizer_path")
         mesh = build_device_mesh()
         if self.has_actor:
@@ -78,7 +80,9 @@ class ActorRolloutRefWorker(Worker):
 
     def _init_actor(self, path: str, mesh: Any) -> None:
         actor_config = builders.with_per_gpu_micro_batch(self.config.actor, self.world_size)
-        module = builders.build_policy(self.config.model, actor_config.fsdp_config, mesh, path, trainable=True)
+        module = builders.build_policy(
+            self.config.model, actor_config.fsdp_config, mesh, path, True, actor_config.freeze_vision_tower
+        )
         optimizer, self.lr_scheduler = builders.build_optimizer_and_scheduler(module, actor_config.optim)
         mini_batch_size = builders.rows_per_rank(
             actor_config.ppo_mini_batch_size,
@@ -216,7 +220,7 @@ class ActorRolloutRefWorker(Worker):
         """Save the actor's model, optimizer, scheduler and RNG state to `local_path` (atomically)."""
         self._require(self.actor, "save_checkpoint", "actor")
         info = {"kind": "policy", "global_step": global_step, "lora": builders.lora_info(self.config.model)}
-        assets = builders.hf_assets_saver(self._hf_config, self.tokenizer, self._generation_config)
+        assets = builders.hf_assets_saver(self._hf_config, self.tokenizer, self._generation_config, self._model_path)
         self.checkpoint_manager.save(local_path, info=info, hf_assets=assets)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

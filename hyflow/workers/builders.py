@@ -16,7 +16,9 @@ from torch import nn
 from hyflow.models.kernels import apply_fused_kernels
 from hyflow.models.loader import check_local_model_folder, load_causal_lm, load_tokenizer
 from hyflow.models.lora import apply_lora
+from hyflow.models.multimodal import freeze_vision_tower, is_vision_language
 from hyflow.models.policy import PolicyModel
+from hyflow.models.processor import copy_processor_files
 from hyflow.workers.fsdp import apply_fsdp2, to_dtype, training_device
 from hyflow.workers.optim import build_lr_scheduler, build_optimizer
 
@@ -63,12 +65,21 @@ def apply_fused_kernels_if_enabled(model: nn.Module, model_config: Any) -> int:
     return apply_fused_kernels(model) if use_fused_kernels(model_config) else 0
 
 
-def build_policy(model_config: Any, fsdp_config: Any, mesh: Any, path: str, trainable: bool) -> PolicyModel:
+def build_policy(
+    model_config: Any, fsdp_config: Any, mesh: Any, path: str, trainable: bool, freeze_vision: bool = False
+) -> PolicyModel:
     """Load the causal LM (master dtype `fsdp_config.model_dtype`), patch in the fused kernels (CUDA), add LoRA
     and gradient checkpointing when training, wrap it as a `PolicyModel` and shard it with FSDP2. A frozen policy
-    (the ref) has no grads."""
+    (the ref) has no grads; `freeze_vision` (`actor.freeze_vision_tower`) freezes a VLM's vision encoder."""
     dtype = to_dtype(fsdp_config.model_dtype, "fsdp_config.model_dtype")
     lm = load_causal_lm(path, dtype, model_config.override_config, model_config.trust_remote_code)
+    if freeze_vision:
+        if not is_vision_language(lm.config):
+            raise ValueError(
+                f"actor_rollout_ref.actor.freeze_vision_tower=True, but {path!r} is a text-only model (its config "
+                "has no vision_config); set it to False or point model.path at a vision-language model."
+            )
+        freeze_vision_tower(lm)
     apply_fused_kernels_if_enabled(lm, model_config)
     if trainable and model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(lm)
@@ -115,8 +126,9 @@ def with_per_gpu_micro_batch(config: Any, world_size: int) -> Any:
     return config
 
 
-def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = None):
-    """A function that writes the model's config, generation config and tokenizer into `huggingface/`."""
+def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = None, model_folder: str | None = None):
+    """A function that writes the model's config, generation config and tokenizer into `huggingface/`, and a
+    vision-language model's processor files (copied from `model_folder`, the folder it was loaded from)."""
 
     def save(folder: str) -> None:
         os.makedirs(folder, exist_ok=True)
@@ -125,6 +137,8 @@ def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = Non
             generation_config.save_pretrained(folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
+        if model_folder is not None:
+            copy_processor_files(model_folder, folder)
 
     return save
 

@@ -21,10 +21,12 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from hyflow.models.lora import apply_lora
+from hyflow.models.multimodal import auto_model_class
 from hyflow.models.policy import PolicyModel
+from hyflow.models.processor import copy_processor_files
 from hyflow.models.value_head import ValueModel, save_value_head
 from hyflow.workers.checkpoint import MARKER_FILE, read_checkpoint_info
 
@@ -47,7 +49,7 @@ def resolve_checkpoint(path: str) -> str:
 def rebuild_model(hf_dir: str, info: dict) -> nn.Module:
     """The module the checkpoint was saved from, with fresh weights, built from the saved config."""
     config = AutoConfig.from_pretrained(hf_dir)
-    lm = AutoModelForCausalLM.from_config(config)
+    lm = auto_model_class(config).from_config(config)
     if info.get("kind") == "critic":
         return ValueModel(lm.get_decoder(), config.hidden_size)
     lora = info.get("lora")
@@ -84,6 +86,7 @@ def merge_checkpoint(checkpoint: str, output: str) -> str:
         lm = model.lm.merge_and_unload() if info.get("lora") else model.lm
         lm.save_pretrained(tmp)
     AutoTokenizer.from_pretrained(hf_dir).save_pretrained(tmp)
+    copy_processor_files(hf_dir, tmp)
     generation_config = os.path.join(hf_dir, "generation_config.json")
     if os.path.isfile(generation_config):
         shutil.copy(generation_config, tmp)
