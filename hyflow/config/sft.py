@@ -46,6 +46,8 @@ class SFTDataConfig:
     train_max_samples: int = -1  # -1: all rows
     val_max_samples: int = -1
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    image_key: str = "images"  # vision-language models: each row's images (verl's schema, "<image>" in messages)
+    video_key: str = "videos"  # not supported yet: a row with videos is refused
 
 
 @dataclass

@@ -95,6 +95,29 @@ def process_prompt(processor: Any, text: str, images: list[Image.Image]) -> tupl
     return ids, multi_modal_inputs
 
 
+def image_features(processor: Any, images: list[Image.Image]) -> dict[str, torch.Tensor]:
+    """The image processor's outputs for one row's images ({} without images): pixel_values, image_grid_thw."""
+    if not images:
+        return {}
+    inputs = processor.image_processor(images=images, return_tensors="pt")
+    return {key: inputs[key] for key in ("pixel_values", "image_grid_thw")}
+
+
+def expand_image_pads(
+    ids: list[int], mask: list[int], image_grid_thw: torch.Tensor | None, image_token_id: int, merge_size: int
+) -> tuple[list[int], list[int]]:
+    """`ids` with the k-th single image pad token repeated t·h·w / merge_size² times (image k's token count, as the
+    processor expands prompts), and `mask` widened alike (each copy keeps the pad's mask value)."""
+    counts = iter([] if image_grid_thw is None else (image_grid_thw.prod(-1) // merge_size**2).tolist())
+    out_ids: list[int] = []
+    out_mask: list[int] = []
+    for token, flag in zip(ids, mask):
+        repeat = next(counts) if token == image_token_id else 1
+        out_ids += [token] * repeat
+        out_mask += [flag] * repeat
+    return out_ids, out_mask
+
+
 def mrope_position_ids(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,

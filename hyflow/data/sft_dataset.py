@@ -17,6 +17,11 @@ Each piece is tokenised on its own and the pieces are concatenated, exactly as g
 its own tokens. A template whose render of a prefix is not a prefix of the longer render (one that rewrites
 earlier turns) is reported as an error naming the row.
 
+With a `processor` (a vision-language model's), rows may carry images (`data.image_key`, "<image>" placeholders in
+the messages, as in `hyflow.data.multimodal`): each image's pad token is expanded to its token count (never
+trained), the item adds `multi_modal_inputs` (pixel_values, image_grid_thw) and position_ids (3, L), the M-RoPE
+rows; `max_length` counts the image tokens.
+
 Shapes of one item: (L,) with L the conversation's own length (at most `data.max_length`); `collate_sft` pads a
 batch to its longest item. `loss_mask[t] = 1` means token t is an assistant token: its prediction from the tokens
 before it is in the loss.
@@ -35,6 +40,7 @@ from torch.utils.data import Dataset
 from hyflow import fields as F
 from hyflow.config.sft import SFTDataConfig
 from hyflow.data.dataset import read_rows
+from hyflow.data.multimodal import expand_image_pads, image_features, mrope_position_ids, row_images, to_content_parts
 from hyflow.data.schema import RowError, check_messages, row_tools
 
 logger = logging.getLogger(__name__)
@@ -109,7 +115,12 @@ class SFTDataset(Dataset):
     """Conversations of one or more files, validated and tokenised up front (bad rows stop before training)."""
 
     def __init__(
-        self, data_files: str | Sequence[str], tokenizer: Any, config: SFTDataConfig, max_samples: int = -1
+        self,
+        data_files: str | Sequence[str],
+        tokenizer: Any,
+        config: SFTDataConfig,
+        max_samples: int = -1,
+        processor: Any = None,
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("SFTDataset: the tokenizer has no pad token; set tokenizer.pad_token before training.")
@@ -120,17 +131,18 @@ class SFTDataset(Dataset):
             )
         self.tokenizer = tokenizer
         self.config = config
+        self.processor = processor
         files = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
         if not files:
             raise ValueError("SFTDataset: no data files given; set data.train_files (and data.val_files).")
-        self.examples: list[tuple[list[int], list[int]]] = []
+        self.examples: list[tuple[list[int], list[int], dict[str, torch.Tensor]]] = []
         for path in files:
             self.examples.extend(self._load_file(os.fspath(path)))
         if 0 < max_samples < len(self.examples):
             self.examples = self.examples[:max_samples]
         if not self.examples:
             raise ValueError(f"SFTDataset: no conversation with an assistant token is left in {files}.")
-        num_tokens = sum(sum(mask) for _, mask in self.examples)
+        num_tokens = sum(sum(mask) for _, mask, _ in self.examples)
         logger.info("SFTDataset: %d conversations, %d assistant tokens, from %s", len(self), num_tokens, files)
 
     def conversation(self, row: dict[str, Any], error: RowError) -> list[dict]:
@@ -153,14 +165,37 @@ class SFTDataset(Dataset):
             raise error(config.messages_key, "the conversation has no assistant turn", "Add the turns to imitate.")
         return [{k: v for k, v in message.items() if v is not None} for message in messages]
 
-    def _load_file(self, path: str) -> list[tuple[list[int], list[int]]]:
+    def _tokenize(self, row: dict[str, Any], source: str, index: int) -> tuple[list[int], list[int], dict]:
+        """(ids, loss mask, multi_modal_inputs) of one row; images are decoded and their pads expanded."""
+        config, error = self.config, RowError(source, index)
+        messages = self.conversation(row, error)
+        tools = row_tools({"tools": row.get(config.tools_key)}, source, index)
+        if self.processor is None:
+            ids, mask = tokenize_conversation(self.tokenizer, messages, tools, config.apply_chat_template_kwargs, error)
+            return ids, mask, {}
+        images = row_images(row, config.image_key, config.video_key, error)
+        messages = to_content_parts(messages, len(images), error, config.messages_key)
+        ids, mask = tokenize_conversation(self.tokenizer, messages, tools, config.apply_chat_template_kwargs, error)
+        inputs = image_features(self.processor, images)
+        merge_size = self.processor.image_processor.merge_size
+        ids, mask = expand_image_pads(
+            ids, mask, inputs.get("image_grid_thw"), self.processor.image_token_id, merge_size
+        )
+        return ids, mask, inputs
+
+    def _load_file(self, path: str) -> list[tuple[list[int], list[int], dict]]:
         config, source = self.config, f"data file {path!r}"
         examples, num_dropped = [], 0
         for index, row in enumerate(read_rows(path)):
             error = RowError(source, index)
-            messages = self.conversation(row, error)
-            tools = row_tools({"tools": row.get(config.tools_key)}, source, index)
-            ids, mask = tokenize_conversation(self.tokenizer, messages, tools, config.apply_chat_template_kwargs, error)
+            ids, mask, inputs = self._tokenize(row, source, index)
+            if len(ids) > config.max_length and inputs:
+                raise error(
+                    config.messages_key,
+                    f"the conversation has {len(ids)} tokens with its images, more than data.max_length="
+                    f"{config.max_length} (a cut would split an image's tokens)",
+                    "Raise data.max_length or lower the images' max_pixels.",
+                )
             if len(ids) > config.max_length:
                 if config.truncation == "error":
                     raise error(
@@ -173,7 +208,7 @@ class SFTDataset(Dataset):
             if sum(mask) == 0:
                 num_dropped += 1
                 continue
-            examples.append((ids, mask))
+            examples.append((ids, mask, inputs))
         if num_dropped:
             logger.warning(
                 "%s: dropped %d conversations left without assistant tokens by truncation", path, num_dropped
@@ -183,15 +218,28 @@ class SFTDataset(Dataset):
     def __len__(self) -> int:
         return len(self.examples)
 
-    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        ids, mask = self.examples[item]
-        return {F.INPUT_IDS: torch.tensor(ids, dtype=torch.long), LOSS_MASK: torch.tensor(mask, dtype=torch.long)}
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        ids, mask, inputs = self.examples[item]
+        sample: dict[str, Any] = {
+            F.INPUT_IDS: torch.tensor(ids, dtype=torch.long),
+            LOSS_MASK: torch.tensor(mask, dtype=torch.long),
+        }
+        if self.processor is not None:
+            input_ids = sample[F.INPUT_IDS]
+            sample[F.MULTI_MODAL_INPUTS] = inputs
+            sample[F.POSITION_IDS] = mrope_position_ids(
+                input_ids,
+                torch.ones_like(input_ids),
+                inputs.get("image_grid_thw"),
+                self.processor.image_token_id,
+                self.processor.image_processor.merge_size,
+            )
+        return sample
 
 
-def collate_sft(
-    items: list[dict[str, torch.Tensor]], pad_token_id: int, pad_to_multiple_of: int = 8
-) -> dict[str, torch.Tensor]:
-    """Right-pad a list of `SFTDataset` items to the longest (rounded up to `pad_to_multiple_of`): (B, L) each."""
+def collate_sft(items: list[dict[str, Any]], pad_token_id: int, pad_to_multiple_of: int = 8) -> dict[str, Any]:
+    """Right-pad a list of `SFTDataset` items to the longest (rounded up to `pad_to_multiple_of`): (B, L) each;
+    items of a vision-language dataset keep their M-RoPE rows, (B, 3, L), and a list of `multi_modal_inputs`."""
     if not items:
         raise ValueError("collate_sft: got an empty list of samples.")
     longest = max(item[F.INPUT_IDS].numel() for item in items)
@@ -205,9 +253,16 @@ def collate_sft(
         attention_mask[row, :n] = 1
         loss_mask[row, :n] = item[LOSS_MASK]
     position_ids = torch.clamp(torch.cumsum(attention_mask, dim=-1) - 1, min=0)
-    return {
+    batch = {
         F.INPUT_IDS: input_ids,
         F.ATTENTION_MASK: attention_mask,
         F.POSITION_IDS: position_ids,
         LOSS_MASK: loss_mask,
     }
+    if F.MULTI_MODAL_INPUTS in items[0]:
+        pad = [length - item[F.INPUT_IDS].numel() for item in items]
+        batch[F.POSITION_IDS] = torch.stack(
+            [torch.nn.functional.pad(i[F.POSITION_IDS], (0, n)) for i, n in zip(items, pad)]
+        )
+        batch[F.MULTI_MODAL_INPUTS] = [item[F.MULTI_MODAL_INPUTS] for item in items]
+    return batch

@@ -5,7 +5,7 @@
 
 `AutoProcessor` is used where it can be. transformers' video processors need torchvision, and without it
 `Qwen2VLProcessor` cannot even be built (its constructor checks the video processor's class); for the Qwen2-VL
-family hyflow then builds `ImageTextProcessor`, the same processor without videos, from the folder's image
+family hyflow then builds `image_text_processor_class()`, the same processor without videos, from the folder's image
 processor, tokenizer and chat template, so image-only training runs on a plain CPU install.
 """
 
@@ -15,11 +15,8 @@ import json
 import logging
 import os
 import shutil
+from functools import cache
 from typing import Any
-
-from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
-from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
-from transformers.utils import is_torchvision_available
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +24,17 @@ QWEN2_VL_FAMILY = ("qwen2_vl", "qwen2_5_vl")
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 
-class ImageTextProcessor(Qwen2VLProcessor):
-    """`Qwen2VLProcessor` with images only (no video processor), for installs without torchvision."""
+@cache
+def image_text_processor_class() -> type:
+    """`Qwen2VLProcessor` with images only (no video processor), for installs without torchvision. Built on first
+    use: transformers' processing modules take seconds to import, which text-only runs should not pay."""
+    from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
 
-    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs):
-        super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+    class ImageTextProcessor(Qwen2VLProcessor):
+        def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None):
+            super().__init__(image_processor, tokenizer, None, chat_template=chat_template)
+
+    return ImageTextProcessor
 
 
 def is_multimodal_folder(path: str | os.PathLike) -> bool:
@@ -39,14 +42,14 @@ def is_multimodal_folder(path: str | os.PathLike) -> bool:
     return any(os.path.isfile(os.path.join(path, name)) for name in PROCESSOR_FILES)
 
 
-def save_processor(processor: Qwen2VLProcessor, path: str | os.PathLike) -> None:
+def save_processor(processor: Any, path: str | os.PathLike) -> None:
     """Save so that `AutoProcessor` (with torchvision) and `load_processor` (without) both load the folder."""
     processor.save_pretrained(path)
     config_file = os.path.join(path, "processor_config.json")
     with open(config_file) as f:
         config = json.load(f)
-    if config.get("processor_class") == ImageTextProcessor.__name__:
-        config["processor_class"] = Qwen2VLProcessor.__name__
+    if config.get("processor_class") == image_text_processor_class().__name__:
+        config["processor_class"] = "Qwen2VLProcessor"
         with open(config_file, "w") as f:
             json.dump(config, f, indent=2)
 
@@ -89,6 +92,9 @@ def load_processor(
     path = os.path.expanduser(os.fspath(path))
     if not is_multimodal_folder(path):
         return None
+    from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+    from transformers.utils import is_torchvision_available
+
     size_kwargs = {key: value for key, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if value}
     model_type = _model_type(path)
     if is_torchvision_available() or model_type not in QWEN2_VL_FAMILY:
@@ -96,4 +102,4 @@ def load_processor(
     logger.info("torchvision is not installed: loading %s's processor for images only (no videos)", path)
     image_processor = AutoImageProcessor.from_pretrained(path, **size_kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return ImageTextProcessor(image_processor, tokenizer, chat_template=_chat_template(path))
+    return image_text_processor_class()(image_processor, tokenizer, chat_template=_chat_template(path))

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from hyflow.models.processor import ImageTextProcessor, save_processor
+from hyflow.models.processor import image_text_processor_class, save_processor
 from hyflow.models.tiny import IM_END, PAD, build_tiny_tokenizer, save_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -62,13 +63,13 @@ def build_tiny_processor(
     tokenizer: PreTrainedTokenizerFast | None = None,
     min_pixels: int = DEFAULT_MIN_PIXELS,
     max_pixels: int = DEFAULT_MAX_PIXELS,
-) -> ImageTextProcessor:
+) -> Any:
     """A Qwen2-VL processor (Pillow image backend, no video processor) over the tiny tokenizer."""
     tokenizer = tokenizer if tokenizer is not None else build_tiny_vlm_tokenizer()
     image_processor = Qwen2VLImageProcessorPil(
         min_pixels=min_pixels, max_pixels=max_pixels, patch_size=PATCH_SIZE, merge_size=MERGE_SIZE
     )
-    return ImageTextProcessor(image_processor, tokenizer, chat_template=VLM_CHAT_TEMPLATE)
+    return image_text_processor_class()(image_processor, tokenizer, chat_template=VLM_CHAT_TEMPLATE)
 
 
 def tiny_vlm_config(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, num_layers: int = 2) -> Qwen2VLConfig:

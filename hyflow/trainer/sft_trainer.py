@@ -39,7 +39,7 @@ from hyflow.data.sampler import ResumableSampler
 from hyflow.data.sft_dataset import LOSS_MASK, SFTDataset, collate_sft
 from hyflow.models.lora import merged_hf_weights
 from hyflow.models.multimodal import auto_model_class
-from hyflow.models.processor import copy_processor_files
+from hyflow.models.processor import copy_processor_files, load_processor
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR
 from hyflow.trainer.checkpoint_manager import CheckpointManager as StepCheckpoints
 from hyflow.trainer.tracking import Tracking
@@ -122,9 +122,12 @@ class SFTTrainer:
                 f"data.train_batch_size={data.train_batch_size} cannot be split evenly over {self.world_size} ranks; "
                 "make it a multiple of the number of processes."
             )
-        self.train_set = SFTDataset(data.train_files, self.tokenizer, data, data.train_max_samples)
+        processor = load_processor(self.model_path, self.config.model.trust_remote_code)
+        self.train_set = SFTDataset(data.train_files, self.tokenizer, data, data.train_max_samples, processor)
         self.val_set = (
-            SFTDataset(data.val_files, self.tokenizer, data, data.val_max_samples) if data.val_files else None
+            SFTDataset(data.val_files, self.tokenizer, data, data.val_max_samples, processor)
+            if data.val_files
+            else None
         )
         self.steps_per_epoch = len(self.train_set) // data.train_batch_size
         if self.steps_per_epoch == 0:
@@ -153,14 +156,23 @@ class SFTTrainer:
         for start in range(0, lengths.numel(), size):
             rows = slice(start, start + size)
             length = max(2, int(lengths[rows].max()))
-            micro_batches.append({k: v[rows, :length].to(self.device, non_blocking=True) for k, v in batch.items()})
+            micro = {k: v[rows, ..., :length].to(self.device, non_blocking=True) for k, v in _tensors(batch).items()}
+            if F.MULTI_MODAL_INPUTS in batch:  # per-row images (a list), concatenated by the policy's forward
+                micro[F.MULTI_MODAL_INPUTS] = batch[F.MULTI_MODAL_INPUTS][rows]
+            micro_batches.append(micro)
         return micro_batches
 
     # ---- the loss ----
     def _token_log_probs(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(x_t | x_<t) for t = 1..L−1 and the matching loss mask, both (b, L−1)."""
         input_ids = micro[F.INPUT_IDS]
-        log_probs, _ = self.module(input_ids, micro[F.ATTENTION_MASK], micro[F.POSITION_IDS], input_ids[:, 1:])
+        log_probs, _ = self.module(
+            input_ids,
+            micro[F.ATTENTION_MASK],
+            micro[F.POSITION_IDS],
+            input_ids[:, 1:],
+            multi_modal_inputs=micro.get(F.MULTI_MODAL_INPUTS),
+        )
         return log_probs, micro[LOSS_MASK][:, 1:].to(log_probs.dtype)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -288,6 +300,11 @@ class SFTTrainer:
         if is_distributed():
             dist.barrier()
         return folder
+
+
+def _tensors(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensor fields of an SFT batch (a vision-language batch also holds a list of per-row images)."""
+    return {key: value for key, value in batch.items() if isinstance(value, torch.Tensor)}
 
 
 def _base_lm(lm: torch.nn.Module) -> torch.nn.Module:

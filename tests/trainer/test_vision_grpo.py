@@ -16,6 +16,8 @@ from hyflow.trainer.placement import ACTOR_ROLLOUT
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from hyflow.workers.merge import merge_checkpoint
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 REWARD_FILE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     return (len(solution_str) % 5) / 4
@@ -72,7 +74,6 @@ def train(assets, out, *extra):
     return metrics, before, after
 
 
-@pytest.mark.slow
 def test_grpo_on_images_trains_the_vlm_and_merges_into_a_folder_that_loads(assets, tmp_path):
     metrics, before, after = train(assets, tmp_path, "actor_rollout_ref.actor.freeze_vision_tower=True")
     assert any(key.startswith("val-core/hyflow/shapes/") for key in metrics), sorted(metrics)

@@ -20,6 +20,8 @@ from hyflow.rollout.batch import pack_responses
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.optim import build_optimizer
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 RESPONSE_LENGTH = 5
 
 
