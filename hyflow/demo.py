@@ -4,6 +4,7 @@
     hyflow demo --task countdown --model-size small --grpo-steps 60 --output runs/demo
     hyflow demo --sft-steps 0                    # GRPO straight from the random model (it will not learn)
     hyflow demo --task tools --grpo-prompts 16   # tool calling: SFT on calculator traces, GRPO through the agent loop
+    hyflow demo --task vision                    # a tiny vision-language model reads pictures (hyflow/demo_vision.py)
 
 What it does, in order (everything lands under `--output`):
 1. builds hyflow's tiny tokenizer and a randomly initialised Qwen2-shaped model (`hyflow.models.tiny`);
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hyflow import demo_tools
+from hyflow import demo_tools, demo_vision
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +48,17 @@ TASK_OPTIONS: dict[str, dict[str, Any]] = {
     "arith": dict(num_digits=1, num_operands=2, operators="+-"),
     "countdown": dict(num_numbers=3, max_number=9),
     demo_tools.TASK: dict(num_digits=demo_tools.NUM_DIGITS),  # calculator traces; see hyflow/demo_tools.py
+    demo_vision.TASK: demo_vision.TASK_OPTIONS,  # pictures of shapes; see hyflow/demo_vision.py
 }
 MAX_PROMPT_LENGTH = 64
 SFT_WINDOW = 10  # steps over which the SFT loss is averaged for the early stop
 VAL_SAMPLES = 4  # answers per validation prompt: accuracy is their mean (mean@4), less noisy than one sample
-MAX_RESPONSE_LENGTH = {"arith": 12, "countdown": 24, demo_tools.TASK: demo_tools.MAX_RESPONSE_LENGTH}
+MAX_RESPONSE_LENGTH = {
+    "arith": 12,
+    "countdown": 24,
+    demo_tools.TASK: demo_tools.MAX_RESPONSE_LENGTH,
+    demo_vision.TASK: demo_vision.MAX_RESPONSE_LENGTH,
+}
 
 
 @dataclass
@@ -96,6 +103,8 @@ def build_assets(plan: DemoPlan, out: Path) -> tuple[str, dict[str, str]]:
 
     if plan.task == demo_tools.TASK:
         return demo_tools.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
+    if plan.task == demo_vision.TASK:
+        return demo_vision.build_assets(plan, out)
     model = build_tiny_model(out / "base_model", arch="qwen2", seed=plan.seed, **MODEL_SIZES[plan.model_size])
     options = dict(train_size=plan.train_size, test_size=plan.test_size, **TASK_OPTIONS[plan.task])
     data = prepare_task(plan.task, out / "data", seed=plan.seed, **options)
@@ -173,6 +182,8 @@ def run_sft_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, t
     overrides = sft_overrides(plan, model, data, out)
     if plan.task == demo_tools.TASK:
         overrides = demo_tools.sft_overrides(overrides)
+    if plan.task == demo_vision.TASK:
+        overrides = demo_vision.sft_overrides(overrides)
     trainer = SFTTrainer(load_sft_config(overrides))
     every = max(1, plan.sft_steps // 10)
     losses: list[float] = []
@@ -198,6 +209,8 @@ def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, 
     overrides = grpo_overrides(plan, model, data, out, device)
     if plan.task == demo_tools.TASK:
         overrides = demo_tools.grpo_overrides(overrides)
+    if plan.task == demo_vision.TASK:
+        overrides = demo_vision.grpo_overrides(overrides)
     config = load_config(overrides)
     trainer = PPOTrainer(config)
     try:
@@ -274,9 +287,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Tasks whose run sizes differ from DemoPlan's (a flag given on the command line still wins).
+TASK_PLAN_DEFAULTS: dict[str, dict[str, Any]] = {demo_vision.TASK: demo_vision.PLAN_DEFAULTS}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `hyflow demo`."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.task in TASK_PLAN_DEFAULTS:
+        parser.set_defaults(**TASK_PLAN_DEFAULTS[args.task])
+        args = parser.parse_args(argv)
     sizes = ("train_size", "test_size", "sft_batch_size", "grpo_prompts", "grpo_samples")
     for name in ("sft_steps", "grpo_steps", *sizes):
         minimum = 0 if name.endswith("steps") else 1

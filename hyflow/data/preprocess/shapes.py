@@ -27,16 +27,17 @@ QUESTIONS = {
     "color": "What color are the shapes in the picture?",
 }
 Question = Literal["count", "color"]
+CELL = 28  # pixels per grid cell: one merged 28x28 patch, i.e. one image token of Qwen2-VL
 
 
 def draw_shapes(rng: random.Random, count: int, color: tuple[int, int, int], image_size: int) -> bytes:
     """PNG bytes of `count` non-overlapping squares and circles of one colour on white, at random places."""
     image = Image.new("RGB", (image_size, image_size), (255, 255, 255))
     draw = ImageDraw.Draw(image)
-    cells = image_size // 14  # a 14-pixel grid (one vision patch per cell), one shape per cell at most
+    cells = image_size // CELL  # one shape per cell at most, one cell per image token of the language model
     for cell in rng.sample(range(cells * cells), count):
-        x, y = (cell % cells) * 14 + 2, (cell // cells) * 14 + 2
-        box = (x, y, x + 10, y + 10)
+        x, y = (cell % cells) * CELL + 3, (cell // cells) * CELL + 3
+        box = (x, y, x + CELL - 7, y + CELL - 7)
         (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=color)
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
@@ -57,8 +58,8 @@ def make_rows(
         raise ValueError(f"shapes: question={question!r} is not a question; use one of {list(QUESTIONS)}.")
     if image_size < 28 or image_size % 28:
         raise ValueError(f"shapes: image_size={image_size} must be a multiple of 28 (one image token per 28x28).")
-    if not 1 <= max_count <= (image_size // 14) ** 2:
-        raise ValueError(f"shapes: max_count={max_count} must be between 1 and {(image_size // 14) ** 2}.")
+    if not 1 <= max_count <= (image_size // CELL) ** 2:
+        raise ValueError(f"shapes: max_count={max_count} must be between 1 and {(image_size // CELL) ** 2}.")
     rng = random.Random(seed)
     rows = []
     for index in range(num_rows):
