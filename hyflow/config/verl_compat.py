@@ -46,6 +46,7 @@ IGNORED: dict[str, str] = {
     "trainer.ray_wait_register_center_timeout": "hyflow's worker groups have no register center",
     "trainer.use_legacy_worker_impl": "hyflow has one worker implementation",
     "trainer.esi_redundant_time": "a checkpoint timing hint for one cloud's elastic instances",
+    "data.return_multi_modal_inputs": "hyflow always keeps a processor's outputs per row (multi_modal_inputs)",
 }
 
 _SEQ_PARALLEL = "Ulysses sequence parallelism; hyflow shards with FSDP2 only (keep it at 1)"
@@ -59,9 +60,6 @@ UNSUPPORTED: dict[str, str] = {
     "the inference chat template",
     "actor_rollout_ref.rollout.trace": "rollout tracing backends (weave, mlflow)",
     "actor_rollout_ref.actor.checkpoint.async_save": "asynchronous checkpointing",
-    "data.image_key": "multimodal data",
-    "data.video_key": "multimodal data",
-    "data.return_multi_modal_inputs": "multimodal data",
     "data.custom_cls": "custom dataset classes",
     "data.sampler": "custom curriculum samplers",
     "data.datagen": "dynamic data generation",

@@ -44,9 +44,9 @@ def test_an_unsupported_key_inside_a_yaml_style_dict_is_reported_too():
     from hyflow.config.convert import default_dict
 
     data = default_dict()
-    data["data"]["image_key"] = "images"
+    data["data"]["custom_cls"] = {"path": "my_dataset.py", "name": "MyDataset"}
 
-    with pytest.raises(ConfigError, match="multimodal data"):
+    with pytest.raises(ConfigError, match="custom dataset classes"):
         load_config(data)
 
 
