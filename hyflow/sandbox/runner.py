@@ -29,6 +29,7 @@ from hyflow.sandbox.bwrap import LAUNCHER_SOURCE, WORK_DIR, filesystem_args, fin
 from hyflow.sandbox.config import SandboxConfig
 
 PYTHON = sys.executable  # the interpreter programs run with; the sandbox sees its installation read-only
+_DRAIN_SECONDS = 5.0  # after the kill: how long the pipes may take to report their end
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "PYTHONHASHSEED": "0"}
 
 
@@ -125,7 +126,7 @@ async def run_in_sandbox(
             process = await _spawn(command, merge_stderr, pass_fds=[fd for fd, _ in staged] + [write_info])
         finally:
             os.close(write_info)
-        info = asyncio.ensure_future(asyncio.to_thread(_read_all, read_info))
+        info = asyncio.ensure_future(asyncio.to_thread(_read_child_pid, read_info))
         try:
             return await _communicate(process, config, stdin, functools.partial(_kill_sandbox, process, info))
         finally:
@@ -133,20 +134,24 @@ async def run_in_sandbox(
             os.close(read_info)
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
+def _read_child_pid(fd: int) -> int | None:
+    """The host pid of the sandbox's PID-namespace init, from bwrap's `--info-fd` JSON (written once it started;
+    None when bwrap ended first)."""
+    data = b""
     while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
-    return b"".join(chunks)
+        data += chunk
+        with contextlib.suppress(ValueError):
+            return int(json.loads(data)["child-pid"])
+    return None
 
 
 def _kill_sandbox(process: asyncio.subprocess.Process, info: asyncio.Future) -> None:
     """Kill the sandbox's PID-namespace init (the kernel then kills every process in the namespace), and bwrap."""
     if process.returncode is not None:
         return
-    if info.done():
-        with contextlib.suppress(ValueError, KeyError, ProcessLookupError):
-            os.kill(int(json.loads(info.result())["child-pid"]), signal.SIGKILL)
+    if info.done() and info.result() is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info.result(), signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
 
@@ -186,15 +191,16 @@ async def _spawn(command: list[str], merge_stderr: bool, **kwargs) -> asyncio.su
     )
 
 
-async def _read_capped(stream: asyncio.StreamReader | None, chunks: list[bytes], max_bytes: int) -> bool:
-    """Append what arrives to `chunks` until EOF or until more than `max_bytes` arrived; True when over the cap."""
+async def _read_capped(stream: asyncio.StreamReader | None, chunks: list[bytes], cap: int, over: asyncio.Event):
+    """Keep the first `cap` bytes of `stream` in `chunks` and set `over` past them; read on to EOF, so that the
+    pipe never fills up and the end of the process is always seen."""
     size = 0
     while stream is not None and (chunk := await stream.read(65536)):
-        chunks.append(chunk)
+        if size <= cap:
+            chunks.append(chunk)
         size += len(chunk)
-        if size > max_bytes:
-            return True
-    return False
+        if size > cap:
+            over.set()
 
 
 async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
@@ -210,32 +216,32 @@ async def _communicate(process: asyncio.subprocess.Process, config: SandboxConfi
     """Feed stdin, collect capped stdout/stderr, and stop everything at the time limit or the output cap."""
     out: list[bytes] = []
     err: list[bytes] = []
-    cap = config.max_output_bytes
-    readers = [asyncio.ensure_future(_read_capped(process.stdout, out, cap))]
-    readers.append(asyncio.ensure_future(_read_capped(process.stderr, err, cap)))
+    cap, over = config.max_output_bytes, asyncio.Event()
+    readers = [asyncio.ensure_future(_read_capped(stream, chunks, cap, over)) for stream, chunks in
+               ((process.stdout, out), (process.stderr, err))]  # fmt: skip
     feeder = asyncio.ensure_future(_feed(process, stdin))
-    timed_out = truncated = False
+    exited, over_cap = asyncio.ensure_future(process.wait()), asyncio.ensure_future(over.wait())
+    timed_out = False
     try:
         async with asyncio.timeout(config.time_limit):
-            for next_done in asyncio.as_completed(readers):
-                if await next_done:
-                    truncated = True
-                    break
-            if not truncated:
-                await process.wait()
+            await asyncio.wait([exited, over_cap], return_when=asyncio.FIRST_COMPLETED)
+            if not over.is_set():
+                await asyncio.gather(*readers)
     except TimeoutError:
         timed_out = True
     finally:
         kill()
-        await process.wait()
-        for task in (*readers, feeder):
-            task.cancel()
-        await asyncio.gather(*readers, feeder, return_exceptions=True)
+        _, pending = await asyncio.wait([*readers, exited], timeout=_DRAIN_SECONDS)
+        if pending:  # `sandbox="none"`: an escaped process still holds the pipes; asyncio has no public close
+            process._transport.close()  # type: ignore[attr-defined]
+        await asyncio.gather(*readers, feeder, exited, return_exceptions=True)
+        over_cap.cancel()
+    truncated = over.is_set()
     stopped = timed_out or truncated
     return SandboxResult(
         stdout=b"".join(out)[:cap],
         stderr=b"".join(err)[:cap],
         exit_code=None if stopped else process.returncode,
-        timed_out=timed_out,
+        timed_out=timed_out and not truncated,
         output_truncated=truncated,
     )
