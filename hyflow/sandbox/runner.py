@@ -30,7 +30,10 @@ from hyflow.sandbox.config import SandboxConfig
 
 PYTHON = sys.executable  # the interpreter programs run with; the sandbox sees its installation read-only
 _DRAIN_SECONDS = 5.0  # after the kill: how long the pipes may take to report their end
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "PYTHONHASHSEED": "0"}
+# One thread per math library: a pool of one thread per host core would run into RLIMIT_NPROC.
+_THREADS = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "PYTHONHASHSEED": "0",
+        **_THREADS}  # fmt: skip
 
 
 @dataclass
