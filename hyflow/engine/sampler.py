@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hyflow.rollout import triton_kernels
+from hyflow.engine import triton_kernels
 
 _MASK32 = 0xFFFFFFFF
 

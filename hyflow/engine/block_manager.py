@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from hyflow.rollout.sequence import Sequence
+from hyflow.engine.sequence import Sequence
 
 NO_HASH = -1
 

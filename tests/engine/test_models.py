@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyflow.rollout.attention import AttentionMetadata
-from hyflow.rollout.models import is_supported, load_model
+from hyflow.engine.attention import AttentionMetadata
+from hyflow.engine.models import is_supported, load_model
 
-from .rollout_testkit import make_tiny_hf_model
+from .engine_testkit import make_tiny_hf_model
 
 
 def _full_prefill_logits(model, prompts: list[list[int]], block_size: int = 4) -> list[torch.Tensor]:

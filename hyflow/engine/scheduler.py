@@ -30,9 +30,9 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from hyflow.rollout.block_manager import BlockManager
-from hyflow.rollout.config import EngineConfig
-from hyflow.rollout.sequence import FinishReason, Sequence, SequenceStatus
+from hyflow.engine.block_manager import BlockManager
+from hyflow.engine.config import EngineConfig
+from hyflow.engine.sequence import FinishReason, Sequence, SequenceStatus
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import logging
 
 import torch
 
-from hyflow.rollout.config import EngineConfig
-from hyflow.rollout.models.llama import DecoderArgs
+from hyflow.engine.config import EngineConfig
+from hyflow.engine.models.llama import DecoderArgs
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from hyflow.rollout import triton_kernels
+from hyflow.engine import triton_kernels
 
 
 @dataclass

@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from hyflow.rollout.config import SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.sequence import RequestOutput
+from hyflow.engine.config import SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.sequence import RequestOutput
 
 logger = logging.getLogger(__name__)
 

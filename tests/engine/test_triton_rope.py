@@ -1,17 +1,17 @@
 """The fused RoPE + KV-cache write kernel equals the PyTorch path (ops.apply_rope, then attention.write_kv_cache).
 
-Runs where `rollout_testkit.needs_triton` lets it: CUDA, or the CPU under Triton's interpreter."""
+Runs where `engine_testkit.needs_triton` lets it: CUDA, or the CPU under Triton's interpreter."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hyflow.rollout.attention import AttentionMetadata, write_kv_cache
-from hyflow.rollout.models.ops import apply_rope
-from hyflow.rollout.models.rope import RotaryEmbedding
+from hyflow.engine.attention import AttentionMetadata, write_kv_cache
+from hyflow.engine.models.ops import apply_rope
+from hyflow.engine.models.rope import RotaryEmbedding
 
-from .rollout_testkit import TRITON_DEVICE, needs_triton
+from .engine_testkit import TRITON_DEVICE, needs_triton
 
 pytestmark = needs_triton
 DEVICE = TRITON_DEVICE
@@ -31,7 +31,7 @@ def qkv_views(num_tokens: int, heads: int, kv_heads: int, head_dim: int, dtype: 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(14, 2, 64), (4, 4, 80)], ids=["gqa-64", "mha-80"])
 def test_fused_rope_and_cache_write_equal_the_pytorch_path(dtype, heads, kv_heads, head_dim):
-    from hyflow.rollout.triton_rope import rope_and_write_cache
+    from hyflow.engine.triton_rope import rope_and_write_cache
 
     torch.manual_seed(0)
     num_tokens, num_blocks, block_size = 6, 8, 4

@@ -17,17 +17,18 @@ import torch.distributed as dist
 
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorRolloutRefConfig, RolloutConfig
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.models import build_model
+from hyflow.engine.parallel import ShardLayout, TensorParallel
 from hyflow.models.tiny import build_tiny_model
 from hyflow.protocol import DataProto
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.models import build_model
-from hyflow.rollout.parallel import ShardLayout, TensorParallel
 from hyflow.rollout.worker_rollout import EngineRollout
 
+from ..rollout.rollout_testkit import prompt_batch
 from ..workers.conftest import make_ppo_batch
 from ..workers.distributed import run_ranks
-from .rollout_testkit import hf_greedy, make_tiny_hf_model, prompt_batch
+from .engine_testkit import hf_greedy, make_tiny_hf_model
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]]
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

@@ -1,8 +1,8 @@
-"""Fixtures of the rollout tests."""
+"""Fixtures of the engine tests."""
 
 import pytest
 
-from .rollout_testkit import FAMILIES
+from .engine_testkit import FAMILIES
 
 
 @pytest.fixture(params=sorted(FAMILIES))

@@ -3,9 +3,9 @@ computed, token ids compared against hash collisions."""
 
 from __future__ import annotations
 
-from hyflow.rollout.block_manager import BlockManager
-from hyflow.rollout.config import SamplingParams
-from hyflow.rollout.sequence import Sequence
+from hyflow.engine.block_manager import BlockManager
+from hyflow.engine.config import SamplingParams
+from hyflow.engine.sequence import Sequence
 
 
 def _seq(tokens: list[int]) -> Sequence:

@@ -26,11 +26,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from hyflow.rollout import triton_rope
-from hyflow.rollout.attention import AttentionMasks, AttentionMetadata, paged_attention, write_kv_cache
-from hyflow.rollout.models.ops import add_rms_norm, rms_norm, silu_and_mul
-from hyflow.rollout.models.rope import RotaryEmbedding, rope_parameters
-from hyflow.rollout.parallel import ShardLayout, TensorParallel
+from hyflow.engine import triton_rope
+from hyflow.engine.attention import AttentionMasks, AttentionMetadata, paged_attention, write_kv_cache
+from hyflow.engine.models.ops import add_rms_norm, rms_norm, silu_and_mul
+from hyflow.engine.models.rope import RotaryEmbedding, rope_parameters
+from hyflow.engine.parallel import ShardLayout, TensorParallel
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The one-kernel end of a decode-window step (sampler combine, record, advance) equals the PyTorch path of
 multi_step.decode_step on the same logits and state.
 
-Runs where `rollout_testkit.needs_triton` lets it: CUDA, or the CPU under Triton's interpreter."""
+Runs where `engine_testkit.needs_triton` lets it: CUDA, or the CPU under Triton's interpreter."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import copy
 import pytest
 import torch
 
-from hyflow.rollout.multi_step import DecodeState, decode_step
-from hyflow.rollout.sampler import SamplingTensors, gumbel_noise
+from hyflow.engine.multi_step import DecodeState, decode_step
+from hyflow.engine.sampler import SamplingTensors, gumbel_noise
 
-from .rollout_testkit import TRITON_DEVICE, needs_triton
+from .engine_testkit import TRITON_DEVICE, needs_triton
 
 pytestmark = needs_triton
 ON_CUDA = TRITON_DEVICE == "cuda"
@@ -69,7 +69,7 @@ def move(state: DecodeState, device: str) -> DecodeState:
 def reference_partials(logits: torch.Tensor, st: SamplingTensors, split_size: int):
     """The sampler kernel's per-split outputs, from the PyTorch sampler's own noise (for the interpreter run, where
     the sampler kernel's loop does not run; on CUDA the kernel itself is used and is tested in test_gpu.py)."""
-    from hyflow.rollout.triton_kernels import SamplePartials
+    from hyflow.engine.triton_kernels import SamplePartials
 
     greedy = (st.temperatures == 0).unsqueeze(1)
     scaled = logits / torch.where(greedy, 1.0, st.temperatures.unsqueeze(1))
@@ -90,7 +90,7 @@ def reference_partials(logits: torch.Tensor, st: SamplingTensors, split_size: in
 
 @pytest.mark.parametrize("need_raw", [False, True], ids=["log-probs", "with-raw"])
 def test_the_fused_step_end_equals_the_pytorch_sample_record_and_advance(need_raw):
-    from hyflow.rollout import triton_kernels, triton_step
+    from hyflow.engine import triton_kernels, triton_step
 
     torch.manual_seed(0)
     logits = torch.randn(5, 40_000) * 3  # three vocabulary splits

@@ -28,15 +28,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from hyflow.rollout.block_manager import BlockManager
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.kv_cache import num_blocks_for_memory
-from hyflow.rollout.model_runner import ModelRunner
-from hyflow.rollout.models import load_model
-from hyflow.rollout.multi_step import LaunchedBatch, read_outputs
-from hyflow.rollout.parallel import TensorParallel
-from hyflow.rollout.scheduler import ScheduledBatch, Scheduler
-from hyflow.rollout.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
+from hyflow.engine.block_manager import BlockManager
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.kv_cache import num_blocks_for_memory
+from hyflow.engine.model_runner import ModelRunner
+from hyflow.engine.models import load_model
+from hyflow.engine.multi_step import LaunchedBatch, read_outputs
+from hyflow.engine.parallel import TensorParallel
+from hyflow.engine.scheduler import ScheduledBatch, Scheduler
+from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
 
 logger = logging.getLogger(__name__)
 

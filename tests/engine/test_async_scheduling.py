@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyflow.rollout.block_manager import BlockManager
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.scheduler import ScheduledBatch, Scheduler
-from hyflow.rollout.sequence import Sequence, SequenceStatus
+from hyflow.engine.block_manager import BlockManager
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.scheduler import ScheduledBatch, Scheduler
+from hyflow.engine.sequence import Sequence, SequenceStatus
 
-from .rollout_testkit import assert_same_outputs, engine_outputs, make_tiny_hf_model
+from .engine_testkit import assert_same_outputs, engine_outputs, make_tiny_hf_model
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]]
 SAMPLED = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from hyflow.rollout.triton_kernels import available, tl, triton  # noqa: F401 (available: this module's API)
+from hyflow.engine.triton_kernels import available, tl, triton  # noqa: F401 (available: this module's API)
 
 if triton is not None:
 

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hyflow.rollout import triton_kernels
-from hyflow.rollout.attention import AttentionMetadata
-from hyflow.rollout.config import EngineConfig
-from hyflow.rollout.multi_step import DecodeState, decode_step
-from hyflow.rollout.sampler import SamplingTensors
+from hyflow.engine import triton_kernels
+from hyflow.engine.attention import AttentionMetadata
+from hyflow.engine.config import EngineConfig
+from hyflow.engine.multi_step import DecodeState, decode_step
+from hyflow.engine.sampler import SamplingTensors
 
 if TYPE_CHECKING:
-    from hyflow.rollout.model_runner import ModelRunner
+    from hyflow.engine.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
 
-from .rollout_testkit import hf_greedy, make_tiny_hf_model
+from .engine_testkit import hf_greedy, make_tiny_hf_model
 
 pytestmark = pytest.mark.gpu
 
@@ -149,7 +149,7 @@ def test_async_scheduling_through_the_cuda_graphs_gives_the_outputs_of_one_windo
 
 @pytest.mark.parametrize("vocab_size", [5000, 40000], ids=["one-split", "three-splits"])
 def test_triton_fused_sampler_draws_the_same_tokens_as_the_pytorch_sampler(vocab_size):
-    from hyflow.rollout.sampler import SamplingTensors, sample_fused, sample_torch
+    from hyflow.engine.sampler import SamplingTensors, sample_fused, sample_torch
 
     torch.manual_seed(0)
     logits = (torch.randn(64, vocab_size) * 3).cuda()  # the kernel cuts the vocabulary into 16k splits
@@ -174,8 +174,8 @@ def test_triton_fused_sampler_draws_the_same_tokens_as_the_pytorch_sampler(vocab
 
 @pytest.mark.parametrize("window", [None, 7])
 def test_triton_decode_attention_equals_the_sdpa_path(window):
-    from hyflow.rollout.attention import AttentionMetadata, build_attention_mask, sdpa_paged_attention
-    from hyflow.rollout.triton_kernels import decode_attention
+    from hyflow.engine.attention import AttentionMetadata, build_attention_mask, sdpa_paged_attention
+    from hyflow.engine.triton_kernels import decode_attention
 
     torch.manual_seed(0)
     batch, heads, kv_heads, dim, block_size, blocks = 5, 14, 2, 64, 16, 40

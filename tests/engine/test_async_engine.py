@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from hyflow.rollout.async_engine import AsyncLLMEngine
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
 
-from .rollout_testkit import make_tiny_hf_model
+from .engine_testkit import make_tiny_hf_model
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38]]
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)

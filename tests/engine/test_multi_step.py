@@ -9,17 +9,17 @@ import asyncio
 import pytest
 import torch
 
-from hyflow.rollout.async_engine import AsyncLLMEngine
-from hyflow.rollout.block_manager import BlockManager
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.cuda_graphs import DecodeGraphs
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.multi_step import DecodeState, advance
-from hyflow.rollout.sampler import SamplingTensors
-from hyflow.rollout.scheduler import Scheduler
-from hyflow.rollout.sequence import Sequence
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.block_manager import BlockManager
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.cuda_graphs import DecodeGraphs
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.multi_step import DecodeState, advance
+from hyflow.engine.sampler import SamplingTensors
+from hyflow.engine.scheduler import Scheduler
+from hyflow.engine.sequence import Sequence
 
-from .rollout_testkit import assert_same_outputs, engine_outputs, make_tiny_hf_model
+from .engine_testkit import assert_same_outputs, engine_outputs, make_tiny_hf_model
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]]
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)

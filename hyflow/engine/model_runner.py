@@ -13,21 +13,21 @@ import dataclasses
 
 import torch
 
-from hyflow.rollout.attention import AttentionMetadata
-from hyflow.rollout.config import EngineConfig
-from hyflow.rollout.cuda_graphs import DecodeGraphs
-from hyflow.rollout.kv_cache import KVCache
-from hyflow.rollout.models.llama import DecoderForCausalLM
-from hyflow.rollout.multi_step import (
+from hyflow.engine.attention import AttentionMetadata
+from hyflow.engine.config import EngineConfig
+from hyflow.engine.cuda_graphs import DecodeGraphs
+from hyflow.engine.kv_cache import KVCache
+from hyflow.engine.models.llama import DecoderForCausalLM
+from hyflow.engine.multi_step import (
     LaunchedBatch,
     decode_step,
     new_decode_state,
     send_columns,
     send_outputs,
 )
-from hyflow.rollout.sampler import SamplingTensors, sample
-from hyflow.rollout.scheduler import ScheduledBatch
-from hyflow.rollout.sequence import Sequence
+from hyflow.engine.sampler import SamplingTensors, sample
+from hyflow.engine.scheduler import ScheduledBatch
+from hyflow.engine.sequence import Sequence
 
 _TYPECODES = {torch.long: "q", torch.float32: "f"}
 

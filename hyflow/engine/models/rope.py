@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hyflow.rollout.models.ops import apply_rope
+from hyflow.engine.models.ops import apply_rope
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import torch
 
-from hyflow.rollout import triton_kernels, triton_step
-from hyflow.rollout.attention import AttentionMetadata
-from hyflow.rollout.sampler import SamplingTensors, sample
-from hyflow.rollout.scheduler import ScheduledBatch
+from hyflow.engine import triton_kernels, triton_step
+from hyflow.engine.attention import AttentionMetadata
+from hyflow.engine.sampler import SamplingTensors, sample
+from hyflow.engine.scheduler import ScheduledBatch
 
 Forward = Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], torch.Tensor]
 

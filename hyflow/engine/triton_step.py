@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hyflow.rollout import triton_kernels
-from hyflow.rollout.triton_kernels import available, tl, triton  # noqa: F401 (available: this module's API)
+from hyflow.engine import triton_kernels
+from hyflow.engine.triton_kernels import available, tl, triton  # noqa: F401 (available: this module's API)
 
 if TYPE_CHECKING:  # multi_step imports this module
-    from hyflow.rollout.multi_step import DecodeState
+    from hyflow.engine.multi_step import DecodeState
 
 if triton is not None:
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hyflow.rollout.models.llama import DecoderArgs, DecoderForCausalLM
-from hyflow.rollout.parallel import TensorParallel
+from hyflow.engine.models.llama import DecoderArgs, DecoderForCausalLM
+from hyflow.engine.parallel import TensorParallel
 
 # HF architecture name -> decoder family (the switches `DecoderArgs.from_hf` applies).
 ARCHITECTURES: dict[str, str] = {

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
 
-from .rollout_testkit import hf_greedy, make_tiny_hf_model
+from .engine_testkit import hf_greedy, make_tiny_hf_model
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7, 8, 9], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42]]
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

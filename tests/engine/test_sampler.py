@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from hyflow.rollout.sampler import SamplingTensors, filter_top_k_top_p, gumbel_noise, sample
+from hyflow.engine.sampler import SamplingTensors, filter_top_k_top_p, gumbel_noise, sample
 
 
 def _naive_filter(row: torch.Tensor, k: int, p: float) -> torch.Tensor:

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 FinishReason = Literal["stop", "length", "abort"]
 
