@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from hyflow.engine import triton_kernels
 from hyflow.engine.attention import AttentionMetadata
 from hyflow.engine.config import EngineConfig
-from hyflow.engine.multi_step import DecodeState, decode_step
+from hyflow.engine.decode_state import DecodeState, Forward
+from hyflow.engine.kv_cache import KVCache
+from hyflow.engine.multi_step import decode_step
 from hyflow.engine.sampler import SamplingTensors
-
-if TYPE_CHECKING:
-    from hyflow.engine.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +38,10 @@ def batch_size_ladder(max_batch: int) -> list[int]:
 
 
 class DecodeGraphs:
-    def __init__(self, runner: ModelRunner, config: EngineConfig) -> None:
-        self.runner = runner
+    def __init__(self, forward: Forward, kv_cache: KVCache, config: EngineConfig, device: torch.device) -> None:
+        """`forward`: the eager forward whose launches a graph records (model_runner.ModelRunner.forward);
+        `kv_cache`: the cache it reads, whose scratch block the padded rows write to."""
+        self.forward, self.kv_cache, self.block_size = forward, kv_cache, config.block_size
         self.max_batch = min(config.cuda_graph_max_batch, config.max_num_seqs)
         self.ladder = batch_size_ladder(self.max_batch)
         self.max_blocks = -(-config.max_model_len // config.block_size)
@@ -48,7 +49,7 @@ class DecodeGraphs:
         self.window_graphs: dict[tuple[int, int, bool, bool], torch.cuda.CUDAGraph] = {}
         self.pool = None
         self.num_captures = 0  # graphs captured so far (a diagnostic: recaptures cost time)
-        device, long, batch = runner.device, torch.long, self.max_batch
+        long, batch = torch.long, self.max_batch
         self.input_ids = torch.zeros(batch, dtype=long, device=device)
         self.positions = torch.zeros(batch, dtype=long, device=device)
         self.slot_mapping = torch.zeros(batch, dtype=long, device=device)
@@ -119,14 +120,14 @@ class DecodeGraphs:
         logger.info("capturing a CUDA graph for decode batch %d x %d blocks", batch, num_blocks)
         meta = self._meta(batch, num_blocks)
         ids, positions = self.input_ids[:batch], self.positions[:batch]
-        return self._record(lambda: self.runner.forward(ids, positions, meta))
+        return self._record(lambda: self.forward(ids, positions, meta))
 
     def _pad_inputs(self, batch: int, padded_batch: int, padded_blocks: int) -> None:
         """Rows batch..padded_batch (and block-table columns past each row's blocks) point at the scratch block."""
-        scratch = self.runner.kv_cache.scratch_block
+        scratch = self.kv_cache.scratch_block
         self.input_ids[batch:padded_batch].zero_()
         self.positions[batch:padded_batch].zero_()
-        self.slot_mapping[batch:padded_batch].fill_(scratch * self.runner.block_size)
+        self.slot_mapping[batch:padded_batch].fill_(scratch * self.block_size)
         self.block_tables[:padded_batch, :padded_blocks].fill_(scratch)
 
     def _load_inputs(
@@ -211,11 +212,11 @@ class DecodeGraphs:
         logger.info("capturing a CUDA graph for a decode-window step, batch %d x %d blocks", batch, num_blocks)
         state = self._window_state(batch, num_blocks, need_filter, need_raw)
         meta = state.metadata()
-        block_size = self.runner.block_size
-        scratch_slot = self.runner.kv_cache.scratch_block * block_size
+        block_size = self.block_size
+        scratch_slot = self.kv_cache.scratch_block * block_size
 
         def step() -> None:
-            decode_step(self.runner.forward, state, meta, block_size, scratch_slot)
+            decode_step(self.forward, state, meta, block_size, scratch_slot)
 
         def neutral() -> None:
             self._pad_inputs(0, batch, num_blocks)

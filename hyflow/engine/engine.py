@@ -8,7 +8,8 @@ Each `step()` asks the scheduler for the next batch, runs it (model_runner.py), 
 sequences that hit a stop condition, and returns the requests that finished. A decode `step()` is a window of up to
 `EngineConfig.num_scheduler_steps` forward steps with one host sync (multi_step.py); requests added or aborted
 meanwhile join or leave at the next `step()`. With `EngineConfig.async_scheduling` the next window is queued on the
-device before the current one's tokens are read, so the host's work between windows overlaps the device's. Bad
+device before the current one's tokens are read, so the host's work between windows overlaps the device's
+(in_flight.py owns that hand-off). Bad
 requests raise `ValueError` in `add_request` before anything is queued, so the engine keeps serving the others.
 
 Tensor parallelism (`EngineConfig.tensor_parallel_size`, parallel.py): each process of a TP group builds the engine
@@ -30,10 +31,10 @@ from torch import nn
 
 from hyflow.engine.block_manager import BlockManager
 from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.in_flight import InFlight, read_outputs
 from hyflow.engine.kv_cache import num_blocks_for_memory
 from hyflow.engine.model_runner import ModelRunner
 from hyflow.engine.models import load_model
-from hyflow.engine.multi_step import LaunchedBatch, read_outputs
 from hyflow.engine.parallel import TensorParallel
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
@@ -93,8 +94,7 @@ class LLMEngine:
         self._seed_source = random.Random(config.seed)
         self.last_step_was_prefill = False  # for step-time metrics
         self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
-        self._in_flight: LaunchedBatch | None = None  # queued behind the last step or window read (async scheduling)
-        self.num_queued_ahead = 0  # a diagnostic: steps and windows queued before the one before them was read
+        self.in_flight = InFlight(self.scheduler, self.runner.launch, config.async_scheduling)
         self._next_id = 0
 
     # ---- requests -------------------------------------------------------------------------------------------
@@ -166,39 +166,14 @@ class LLMEngine:
         queued on the device before this one's tokens are read (scheduler.py); it is what the next call reads.
         """
         self.runner.require_awake()  # before scheduling: a failed step must leave the queue as it was
-        launched, self._in_flight = self._in_flight, None
-        if launched is not None and all(seq.status == SequenceStatus.FINISHED for seq in launched.batch.seqs):
-            launched = None  # every row stopped in the window before (or was aborted): nothing to read
+        launched = self.in_flight.take()
         if launched is None:
-            batch = self.scheduler.schedule()
-            if not batch.seqs:
-                self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
-                return []
-            launched = self._launch(batch)
+            self.last_step_was_prefill, self.last_num_steps = False, 1
+            return []
         batch = launched.batch
         self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
-        if self.config.async_scheduling:
-            self._in_flight = self._launch_following(batch, launched)
+        self.in_flight.queue_behind(launched)
         return self._take_outputs(batch, *read_outputs(launched))
-
-    def _launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
-        if batch.is_window:
-            return self.runner.launch_window(batch, after)
-        return self.runner.launch_step(batch)
-
-    def _launch_following(self, batch: ScheduledBatch, launched: LaunchedBatch) -> LaunchedBatch | None:
-        """Queues what follows `batch` before its outputs are read, where that does not depend on them: the next
-        decode window (scheduler.schedule_next_window), or the next prefill of waiting sequences."""
-        if batch.is_window:
-            following = self.scheduler.schedule_next_window(batch)
-        elif batch.is_prefill:
-            following = self.scheduler.schedule_next_prefill()
-        else:
-            following = None
-        if following is None:
-            return None
-        self.num_queued_ahead += 1
-        return self._launch(following, after=launched)
 
     def _take_outputs(
         self,
@@ -313,16 +288,9 @@ class LLMEngine:
         return [results[i] for i in ids]
 
     # ---- training integration -------------------------------------------------------------------------------
-    def _drop_in_flight(self) -> None:
-        """Forgets the window queued on the device, once the device is done with it (so that nothing queued
-        writes to a freed KV cache). Its sequences are recomputed later and sample the same tokens again."""
-        window, self._in_flight = self._in_flight, None
-        if window is not None and window.ready is not None:
-            window.ready.synchronize()
-
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Copies HF-named tensors into the model in place; cached prefixes (old weights) are forgotten."""
-        self._drop_in_flight()  # it computes with the old weights
+        self.in_flight.drop()  # it computes with the old weights
         count = self.model.load_weights(weights)
         self.scheduler.preempt_all()
         self.block_manager.reset()
@@ -330,7 +298,7 @@ class LLMEngine:
 
     def sleep(self) -> None:
         """Frees the KV cache (for training); running requests are recomputed after `wake()`."""
-        self._drop_in_flight()
+        self.in_flight.drop()
         self.scheduler.preempt_all()
         self.block_manager.reset()
         self.runner.sleep()

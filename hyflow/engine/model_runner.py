@@ -1,6 +1,6 @@
 """Runs one engine step on the device: flatten the scheduled sequences into model inputs, forward over the paged
 KV cache, and sample. On CUDA, decode steps replay CUDA graphs captured for a ladder of batch sizes. A decode window
-(`launch_window`, then multi_step.read_outputs) runs several decode steps without a host round trip (multi_step.py).
+(`launch_window`, then in_flight.read_outputs) runs several decode steps without a host round trip (multi_step.py).
 
 Inputs of one step (T new tokens from B sequences, see attention.py for the metadata):
     input_ids (T,), positions (T,), AttentionMetadata; logits (B, V) at each sequence's last new token.
@@ -16,15 +16,11 @@ import torch
 from hyflow.engine.attention import AttentionMetadata
 from hyflow.engine.config import EngineConfig
 from hyflow.engine.cuda_graphs import DecodeGraphs
+from hyflow.engine.decode_state import new_decode_state
+from hyflow.engine.in_flight import LaunchedBatch, send_columns
 from hyflow.engine.kv_cache import KVCache
 from hyflow.engine.models.llama import DecoderForCausalLM
-from hyflow.engine.multi_step import (
-    LaunchedBatch,
-    decode_step,
-    new_decode_state,
-    send_columns,
-    send_outputs,
-)
+from hyflow.engine.multi_step import decode_step, send_outputs
 from hyflow.engine.sampler import SamplingTensors, sample
 from hyflow.engine.scheduler import ScheduledBatch
 from hyflow.engine.sequence import Sequence
@@ -160,7 +156,7 @@ class ModelRunner:
         self.block_size = config.block_size
         self.kv_cache = KVCache(model.args, num_blocks, config.block_size, dtype, device)
         use_graphs = device.type == "cuda" and not config.enforce_eager
-        self.graphs = DecodeGraphs(self, config) if use_graphs else None
+        self.graphs = DecodeGraphs(self.forward, self.kv_cache, config, device) if use_graphs else None
         self._window_sampling: tuple[tuple[int, ...], SamplingTensors] | None = None  # (sequence ids, settings)
         self._cache_address: int | None = None  # where the KV cache was before `sleep`
 
@@ -177,10 +173,16 @@ class ModelRunner:
                 "Fix: call engine.wake() first (the hybrid worker does this in rollout_mode())."
             )
 
+    def launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
+        """Queues a scheduled batch: a decode window (`launch_window`, behind `after` if given) or one step."""
+        if batch.is_window:
+            return self.launch_window(batch, after)
+        return self.launch_step(batch)
+
     @torch.inference_mode()
     def launch_step(self, batch: ScheduledBatch) -> LaunchedBatch:
         """Queues one forward + sample of the scheduled sequences (a prefill, or a decode step) and the copy of
-        the sampled tokens to the host, without waiting; multi_step.read_outputs returns them (one column)."""
+        the sampled tokens to the host, without waiting; in_flight.read_outputs returns them (one column)."""
         self.require_awake()
         if self.device.type != "cuda":
             return self._launch_step(batch)
@@ -203,7 +205,7 @@ class ModelRunner:
     def launch_window(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
         """Queues a decode window of `batch.num_steps` steps (sequence i taking part in the first
         `batch.step_counts[i]`) and the copy of its outputs to the host, without waiting for either;
-        multi_step.read_outputs returns the outputs. With `after` (the window before, still on the device), each
+        in_flight.read_outputs returns the outputs. With `after` (the window before, still on the device), each
         sequence starts from its last token there and `batch.pending[i]` positions further on."""
         self.require_awake()
         if self.device.type != "cuda":

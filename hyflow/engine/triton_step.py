@@ -16,15 +16,11 @@ which is what `sampler.sample_fused` followed by `multi_step.decode_step`'s reco
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from hyflow.engine import triton_kernels
+from hyflow.engine.decode_state import DecodeState
 from hyflow.engine.triton_kernels import available, tl, triton  # noqa: F401 (available: this module's API)
-
-if TYPE_CHECKING:  # multi_step imports this module
-    from hyflow.engine.multi_step import DecodeState
 
 if triton is not None:
 

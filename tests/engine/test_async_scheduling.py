@@ -45,7 +45,7 @@ def test_queued_windows_give_the_outputs_of_one_window_at_a_time(hf):
     expected = engine_outputs(_engine(hf, False), PROMPTS, SAMPLED)
     engine = _engine(hf, True)
     assert_same_outputs(engine_outputs(engine, PROMPTS, SAMPLED), expected)
-    assert engine.num_queued_ahead > 5  # windows of 4 steps over responses of 23-40 tokens
+    assert engine.in_flight.num_queued_ahead > 5  # windows of 4 steps over responses of 23-40 tokens
     _assert_all_blocks_free(engine)
 
 
@@ -59,7 +59,7 @@ def test_prefills_queued_behind_each_other_give_the_same_outputs(hf):
     for prompt in prompts:
         engine.add_request(prompt, params)
     engine.step()  # the first prefill, read after the second one was queued
-    second = engine._in_flight
+    second = engine.in_flight.queued
     assert second is not None and second.batch.is_prefill
     assert all(seq.num_output_tokens == 0 for seq in second.batch.seqs)  # its tokens are not read yet
     while engine.has_unfinished_requests():
@@ -94,13 +94,13 @@ def test_a_request_added_while_a_window_is_queued_joins_after_it_with_its_alone_
     engine = _engine(hf, True)
     engine.add_request(PROMPTS[0], params, request_id="first")
     finished = []
-    while engine._in_flight is None:
+    while engine.in_flight.queued is None:
         finished += engine.step()
     engine.add_request(PROMPTS[1], params, request_id="second")
     second = engine.requests["second"][1][0]
-    assert [seq.request_id for seq in engine._in_flight.batch.seqs] == ["first"]
+    assert [seq.request_id for seq in engine.in_flight.queued.batch.seqs] == ["first"]
     finished += engine.step()  # reads the queued window; queues none behind it, as a request waits
-    assert engine._in_flight is None and second.status == SequenceStatus.WAITING
+    assert engine.in_flight.queued is None and second.status == SequenceStatus.WAITING
     finished += engine.step()  # admits it
     assert engine.last_step_was_prefill and second.status == SequenceStatus.RUNNING
     engine.add_request(PROMPTS[2], params, request_id="third")
@@ -119,7 +119,7 @@ def test_aborting_a_request_in_a_queued_window_returns_its_partial_output_and_th
     expected = engine_outputs(_engine(hf, False), PROMPTS[1:], params)
     engine = _engine(hf, True)
     ids = [engine.add_request(prompt, params) for prompt in PROMPTS]
-    while engine._in_flight is None:
+    while engine.in_flight.queued is None:
         engine.step()
     partial = engine.abort(ids[0])
     assert partial.outputs[0].finish_reason == "abort" and 0 < len(partial.outputs[0].token_ids) < 30
@@ -139,14 +139,14 @@ def test_sleep_or_a_weight_load_with_a_window_queued_drops_it_and_the_same_token
     expected = engine_outputs(_engine(hf, False), PROMPTS, SAMPLED)
     engine = _engine(hf, True)
     ids = [engine.add_request(prompt, p) for prompt, p in zip(PROMPTS, SAMPLED)]
-    while engine._in_flight is None:
+    while engine.in_flight.queued is None:
         engine.step()
     if interruption == "sleep":
         engine.sleep()
         engine.wake()
     else:
         engine.load_weights(hf.state_dict().items())  # the same weights: the outputs must not change
-    assert engine._in_flight is None and engine.scheduler.num_preemptions == 4  # every sequence, recomputed
+    assert engine.in_flight.queued is None and engine.scheduler.num_preemptions == 4  # every sequence, recomputed
     finished = []
     while engine.has_unfinished_requests():
         finished += engine.step()

@@ -144,7 +144,7 @@ def test_async_scheduling_through_the_cuda_graphs_gives_the_outputs_of_one_windo
         assert (queued.token_ids, queued.finish_reason) == (one_at_a_time.token_ids, one_at_a_time.finish_reason)
         assert queued.log_probs == one_at_a_time.log_probs
         assert queued.raw_log_probs == one_at_a_time.raw_log_probs
-    assert engines[True].num_queued_ahead > 4 and engines[True].runner.graphs.window_graphs
+    assert engines[True].in_flight.num_queued_ahead > 4 and engines[True].runner.graphs.window_graphs
 
 
 @pytest.mark.parametrize("vocab_size", [5000, 40000], ids=["one-split", "three-splits"])

@@ -13,8 +13,9 @@ from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.block_manager import BlockManager
 from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.cuda_graphs import DecodeGraphs
+from hyflow.engine.decode_state import DecodeState
 from hyflow.engine.engine import LLMEngine
-from hyflow.engine.multi_step import DecodeState, advance
+from hyflow.engine.multi_step import advance
 from hyflow.engine.sampler import SamplingTensors
 from hyflow.engine.scheduler import Scheduler
 from hyflow.engine.sequence import Sequence
@@ -181,7 +182,9 @@ def test_the_graph_path_buffers_and_padding_give_the_single_stepengine_outputs(h
     ]
     expected = engine_outputs(_engine(hf, 1), PROMPTS, params)
     engine = _engine(hf, 8)
-    engine.runner.graphs = graphs = EagerDecodeGraphs(engine.runner, engine.config)
+    engine.runner.graphs = graphs = EagerDecodeGraphs(
+        engine.runner.forward, engine.runner.kv_cache, engine.config, engine.device
+    )
     graphs.full_width_tables = full_width_tables
     assert_same_outputs(engine_outputs(engine, PROMPTS, params), expected)
     # 4 rows, then 3 padded to 4 (the greedy one finished) for three windows in a row, which reuse the loaded

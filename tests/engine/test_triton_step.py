@@ -10,7 +10,8 @@ import copy
 import pytest
 import torch
 
-from hyflow.engine.multi_step import DecodeState, decode_step
+from hyflow.engine.decode_state import DecodeState
+from hyflow.engine.multi_step import decode_step
 from hyflow.engine.sampler import SamplingTensors, gumbel_noise
 
 from .engine_testkit import TRITON_DEVICE, needs_triton
