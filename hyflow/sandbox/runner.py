@@ -126,14 +126,16 @@ async def run_in_sandbox(
             "--info-fd", str(write_info), "--", PYTHON, "-I", "-S", "-c", LAUNCHER_SOURCE, spec, *argv,
         ]  # fmt: skip
         try:
-            process = await _spawn(command, merge_stderr, pass_fds=[fd for fd, _ in staged] + [write_info])
+            try:
+                process = await _spawn(command, merge_stderr, pass_fds=[fd for fd, _ in staged] + [write_info])
+            finally:
+                os.close(write_info)
+            info = asyncio.ensure_future(asyncio.to_thread(_read_child_pid, read_info))
+            try:
+                return await _communicate(process, config, stdin, functools.partial(_kill_sandbox, process, info))
+            finally:
+                await asyncio.gather(info, return_exceptions=True)
         finally:
-            os.close(write_info)
-        info = asyncio.ensure_future(asyncio.to_thread(_read_child_pid, read_info))
-        try:
-            return await _communicate(process, config, stdin, functools.partial(_kill_sandbox, process, info))
-        finally:
-            await info
             os.close(read_info)
 
 
@@ -152,9 +154,10 @@ def _kill_sandbox(process: asyncio.subprocess.Process, info: asyncio.Future) -> 
     """Kill the sandbox's PID-namespace init (the kernel then kills every process in the namespace), and bwrap."""
     if process.returncode is not None:
         return
-    if info.done() and info.result() is not None:
+    child_pid = info.result() if info.done() and info.exception() is None else None
+    if child_pid is not None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(info.result(), signal.SIGKILL)
+            os.kill(child_pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
 
