@@ -2,7 +2,7 @@
 
 import pytest
 
-from hyflow.sandbox import PYTHON, SandboxConfig, run_in_sandbox_sync
+from hyflow.sandbox import PYTHON, SandboxConfig, SandboxUnavailableError, run_in_sandbox_sync
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,3 +32,12 @@ def test_the_work_dir_is_capped_in_size():
 def test_file_names_must_stay_inside_the_work_dir(name):
     with pytest.raises(ValueError, match="must be a relative path inside the work directory"):
         run_in_sandbox_sync([PYTHON, "-c", "pass"], SandboxConfig(), files={name: "x"})
+
+
+def test_a_bwrap_that_cannot_create_namespaces_is_reported_with_its_complaint(monkeypatch, tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SandboxUnavailableError, match=r"cannot start a sandbox here \(bwrap: No permissions"):
+        run_in_sandbox_sync([PYTHON, "-c", "pass"], SandboxConfig())

@@ -32,6 +32,11 @@ def test_a_program_past_the_time_limit_fails_its_test():
     assert compute_score("taco", program, ADD_TESTS, time_limit=1, continuous=False)["score"] == 0.0
 
 
+def test_a_program_past_the_memory_limit_fails_its_test():
+    program = fenced("block = bytearray(2 * 2**30)\nprint(3)")
+    assert compute_score("codeforces", program, ADD_TESTS, memory_limit_mb=256, continuous=False)["score"] == 0.0
+
+
 def test_call_based_tests_call_the_named_function():
     cases = {"fn_name": "add", "inputs": [[1, 2], [3, 4]], "outputs": [[3], [7]]}
     assert compute_score("apps", fenced("def add(a, b):\n    return a + b"), cases)["acc"] == 1.0
