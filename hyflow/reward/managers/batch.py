@@ -55,7 +55,7 @@ class BatchRewardManager(RewardManager):
             ground_truths=batch.ground_truths,
             extra_infos=batch.extra_infos,
         )
-        if not isinstance(results, list | tuple) or len(results) != len(batch.rows):
+        if not _is_row_list(results) or len(results) != len(batch.rows):
             raise RewardFunctionError(
                 f"batched reward function {describe_function(self.compute_score)} returned {_describe_count(results)} "
                 f"for {len(batch.rows)} responses; return one score (or dict) per response."
@@ -63,5 +63,10 @@ class BatchRewardManager(RewardManager):
         return list(results)
 
 
+def _is_row_list(results: Any) -> bool:
+    """A list, tuple or 1-D array of per-row results."""
+    return isinstance(results, list | tuple) or getattr(results, "ndim", None) == 1
+
+
 def _describe_count(results: Any) -> str:
-    return f"{len(results)} results" if isinstance(results, list | tuple) else f"{results!r:.80}"
+    return f"{len(results)} results" if _is_row_list(results) else f"{results!r:.80}"

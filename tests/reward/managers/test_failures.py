@@ -8,6 +8,7 @@ import os
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 from hyflow.reward.custom import load_custom_function
@@ -70,6 +71,14 @@ def test_on_non_finite_zero_scores_it_zero_and_counts_it_in_the_training_metrics
     batch, _ = stages.attach_reward(data, manager)
     assert batch.batch["token_level_scores"].sum(-1).tolist() == [0.0, 0.5, 0.0]
     assert stages.reward_extra_metrics(batch)["reward/non_finite_count"] == 2.0
+
+
+def test_a_batched_function_may_return_a_numpy_array_but_not_a_single_number(make_batch, tokenizer):
+    data = make_batch(["a", "bb"], ["1", "2"], ["t", "t"])
+    vectorised = BatchRewardManager(tokenizer, compute_score=lambda solution_strs, **kw: np.array([1.0, 2.0]))
+    assert vectorised(data).sum(-1).tolist() == [1.0, 2.0]
+    with pytest.raises(RewardFunctionError, match=r"returned 1\.0 for 2 responses"):
+        BatchRewardManager(tokenizer, compute_score=lambda **kw: 1.0)(data)
 
 
 def test_the_batch_manager_wraps_a_raising_function_naming_it(make_batch, tokenizer):
