@@ -11,7 +11,10 @@ group can attach to running actors by name: `RayWorkerGroup.from_detached(name_p
 
 Failures are turned into the errors of errors.py: a worker that raises → `WorkerError` with the rank, the method
 and the worker's traceback; a worker whose process dies → `WorkerDiedError` naming the rank and its node, as soon
-as Ray notices (the other ranks are not waited for); a call past its timeout → `WorkerTimeoutError`.
+as Ray notices (the other ranks are not waited for); a call past its timeout → `WorkerTimeoutError` naming every
+rank that had not answered and its node. `timeout_s` bounds every call (None: wait forever; `timeout=` on one call
+overrides it); `init_timeout_s` bounds starting the actors (their `__init__`), defaulting to `timeout_s`. A hung
+worker (e.g. a stopped process) is then ended with `kill()`, which Ray does with SIGKILL when the actor cannot exit.
 
 This module imports Ray; `hyflow.controller` loads it only when a Ray name is used.
 """
@@ -64,6 +67,7 @@ class RayWorkerGroup(WorkerGroup):
         detached: bool = False,
         worker_names: list[str] | None = None,
         timeout_s: float | None = None,
+        init_timeout_s: float | None = None,
     ) -> None:
         """Create the actors on `resource_pool`, or attach to the running actors named in `worker_names`."""
         if ray_cls_with_init is None:
@@ -73,6 +77,7 @@ class RayWorkerGroup(WorkerGroup):
         super().__init__(ray_cls_with_init.cls, timeout_s=timeout_s)
         if not ray.is_initialized():
             raise RuntimeError("Ray is not initialised; call hyflow.controller.init_ray() before building a group.")
+        self._init_timeout_s = timeout_s if init_timeout_s is None else init_timeout_s
         self.name_prefix = name_prefix or f"{ray_cls_with_init.cls.__name__}_{uuid.uuid4().hex[:8]}"
         if worker_names is not None:
             self.worker_names = list(worker_names)
@@ -82,7 +87,12 @@ class RayWorkerGroup(WorkerGroup):
             self.workers = self._create_workers(resource_pool, ray_cls_with_init, detached)
         else:
             raise ValueError("RayWorkerGroup needs a resource_pool to create workers, or worker_names to attach to.")
-        infos = self._wait([w.get_node_info.remote() for w in self.workers], "__init__", self.timeout_s)
+        try:
+            infos = self._wait([w.get_node_info.remote() for w in self.workers], "__init__", self._init_timeout_s)
+        except BaseException:
+            if worker_names is None:  # ours: a group that failed to start leaves no actor running
+                self.kill()
+            raise
         self._nodes = [f"{info['ip']} ({info['hostname']})" for info in infos]
         self.worker_pids = [int(info["pid"]) for info in infos]
         self._bind_worker_methods(ray_cls_with_init.cls)
@@ -133,7 +143,12 @@ class RayWorkerGroup(WorkerGroup):
                 options["lifetime"] = "detached"
             workers.append(remote_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs))
             if rank == 0:
-                master = tuple(self._wait([workers[0].get_master_addr_port.remote()], "__init__", self.timeout_s)[0])
+                master_ref = workers[0].get_master_addr_port.remote()
+                try:
+                    master = tuple(self._wait([master_ref], "__init__", self._init_timeout_s)[0])
+                except BaseException:
+                    ray.kill(workers[0])
+                    raise
         logger.info("started %d %s workers (%s)", len(workers), cls_with_init.cls.__name__, self.name_prefix)
         return workers
 
@@ -154,7 +169,11 @@ class RayWorkerGroup(WorkerGroup):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, pending = ray.wait(pending, num_returns=1, timeout=remaining)
             if not ready:
-                raise WorkerTimeoutError(rank=rank_of[pending[0]], method=method_name, timeout_s=timeout_s)
+                silent = sorted(rank_of[ref] for ref in pending)
+                nodes = [self._nodes[rank] for rank in silent]
+                raise WorkerTimeoutError(
+                    ranks=silent, method=method_name, timeout_s=timeout_s, nodes=nodes, world_size=len(self._nodes)
+                )
             for ref in ready:
                 results[rank_of[ref]] = self._get_one(ref, rank_of[ref], method_name)
         return results
