@@ -156,6 +156,10 @@ class RayWorkerGroup(WorkerGroup):
     def world_size(self) -> int:
         return len(self.workers)
 
+    def node_of(self, rank: int) -> str:
+        """Where rank `rank` runs, as errors name it: "<ip> (<hostname>)"."""
+        return self._nodes[rank]
+
     def _submit(self, rank: int, method_name: str, args: tuple, kwargs: dict) -> ray.ObjectRef:
         return getattr(self.workers[rank], method_name).remote(*args, **kwargs)
 

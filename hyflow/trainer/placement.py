@@ -75,7 +75,11 @@ class WorkerGroups:
         if isinstance(self._fused, LocalWorkerGroup):
             return [EngineServer(self.local_role(ACTOR_ROLLOUT).rollout)]
         method = f"{ACTOR_ROLLOUT}{ROLE_SEPARATOR}generate_request"  # the colocated worker's forwarding method
-        return [WorkerServer(handle, method) for handle in self._fused.workers]
+        group = self._fused
+        return [
+            WorkerServer(handle, method, timeout_s=group.timeout_s, rank=rank, node=group.node_of(rank))
+            for rank, handle in enumerate(group.workers)
+        ]
 
     def shutdown(self) -> None:
         """End the Ray workers and give their placement groups back; on the local backend, leave the
