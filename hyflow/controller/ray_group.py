@@ -6,7 +6,9 @@
     wg.my_method(data)                              # dispatch → MyWorker.my_method on 4 actors → collect
 
 Rank r's actor is named `<name_prefix>_rank<r>` and starts with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT in its environment (rank 0 is created first and picks the rendezvous address). A new
+MASTER_ADDR and MASTER_PORT in its environment. The rendezvous address (rank 0's node and a free port there) is
+picked by a small task on that node before any actor starts, so every actor starts at once and a worker may join
+`torch.distributed` inside its `__init__`, as in verl. A new
 group can attach to running actors by name: `RayWorkerGroup.from_detached(name_prefix=..., ray_cls_with_init=...)`.
 
 Failures are turned into the errors of errors.py: a worker that raises → `WorkerError` with the rank, the method
@@ -28,10 +30,11 @@ import uuid
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from hyflow.controller.errors import WorkerDiedError, WorkerError, WorkerTimeoutError
 from hyflow.controller.ray_pool import Bundle, RayResourcePool
+from hyflow.controller.worker import free_port, node_ip_address
 from hyflow.controller.worker_group import ClassWithInitArgs, WorkerGroup
 
 __all__ = ["RayWorkerGroup"]
@@ -42,18 +45,23 @@ RANK_TAG = "_rank"
 ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the first line of remote tracebacks
 
 
-def _rank_env(bundles: list[Bundle], rank: int, master: tuple[str, int] | None) -> dict[str, str]:
+def _rank_env(bundles: list[Bundle], rank: int, master: tuple[str, int]) -> dict[str, str]:
     """The distributed env vars of rank `rank`; LOCAL_* count the ranks on the same node."""
     same_node = [r for r, b in enumerate(bundles) if b.node_id == bundles[rank].node_id]
-    addr, port = master if master is not None else ("", 0)  # empty: rank 0 picks its own address
     return {
         "RANK": str(rank),
         "WORLD_SIZE": str(len(bundles)),
         "LOCAL_RANK": str(same_node.index(rank)),
         "LOCAL_WORLD_SIZE": str(len(same_node)),
-        "MASTER_ADDR": addr,
-        "MASTER_PORT": str(port) if port else "",
+        "MASTER_ADDR": master[0],
+        "MASTER_PORT": str(master[1]),
     }
+
+
+@ray.remote(num_cpus=0)
+def _pick_rendezvous() -> tuple[str, int]:
+    """(IP, free port) of the node this runs on: rank 0's `torch.distributed` rendezvous."""
+    return node_ip_address(), free_port()
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -126,8 +134,10 @@ class RayWorkerGroup(WorkerGroup):
         remote_cls = ray.remote(cls_with_init.cls)
         user_options = dict(cls_with_init.options)
         user_env = dict(user_options.pop("runtime_env", None) or {})
+        strategy = NodeAffinitySchedulingStrategy(node_id=bundles[0].node_id, soft=False)
+        master_ref = _pick_rendezvous.options(scheduling_strategy=strategy).remote()
+        master = tuple(self._wait([master_ref], "__init__ (picking rank 0's rendezvous port)", self._init_timeout_s)[0])
         workers: list = []
-        master = None
         for rank, bundle in enumerate(bundles):
             runtime_env = {**user_env, "env_vars": {**user_env.get("env_vars", {}), **_rank_env(bundles, rank, master)}}
             options = {
@@ -142,13 +152,6 @@ class RayWorkerGroup(WorkerGroup):
             if detached:
                 options["lifetime"] = "detached"
             workers.append(remote_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs))
-            if rank == 0:
-                master_ref = workers[0].get_master_addr_port.remote()
-                try:
-                    master = tuple(self._wait([master_ref], "__init__", self._init_timeout_s)[0])
-                except BaseException:
-                    ray.kill(workers[0])
-                    raise
         logger.info("started %d %s workers (%s)", len(workers), cls_with_init.cls.__name__, self.name_prefix)
         return workers
 
