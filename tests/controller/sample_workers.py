@@ -48,6 +48,14 @@ class RankWorker(Worker):
     def double_later(self, data: DataProto) -> DataProto:
         return DataProto.from_dict({"x": data.batch["x"] * 2})
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def add_rank_later(self, value: int) -> int:
+        return value + self.rank
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO, blocking=False)
+    def rank_zero_later(self) -> int:
+        return self.rank
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
     def apply(self, func, data: DataProto) -> DataProto:
         return DataProto.from_dict({"x": func(data.batch["x"])})

@@ -98,6 +98,12 @@ def test_a_non_blocking_result_feeds_another_group_without_collecting_it_first(t
     assert future.get().batch["x"].tolist() == (torch.arange(8) * 2).tolist()
 
 
+def test_a_non_blocking_per_rank_result_is_what_ray_get_accepts(two_workers, ray_session):
+    refs = two_workers.add_rank_later(5)
+    assert ray_session.get(refs) == [5, 6]
+    assert ray_session.get(two_workers.rank_zero_later()) == 0
+
+
 def test_a_group_attaches_to_running_workers_by_name_prefix(four_workers):
     attached = RayWorkerGroup.from_detached(name_prefix="four", ray_cls_with_init=RayClassWithInitArgs(RankWorker))
     assert attached.world_size == 4
