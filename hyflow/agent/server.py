@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from hyflow.controller.errors import WorkerTimeoutError
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 if TYPE_CHECKING:
-    from hyflow.rollout.async_engine import AsyncLLMEngine
+    from hyflow.engine.async_engine import AsyncLLMEngine
     from hyflow.rollout.worker_rollout import EngineRollout
 
 FinishReason = Literal["stop", "length", "abort"]
