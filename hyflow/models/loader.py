@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from hyflow.models.multimodal import auto_model_class
+from hyflow.models.multimodal import auto_model_class, value_backbone
 from hyflow.models.value_head import ValueModel
 
 logger = logging.getLogger(__name__)
@@ -112,10 +112,10 @@ def load_value_model(
     """A critic: the causal LM's backbone plus a scalar value head (restored if the folder has one, else zero)."""
     path = check_local_model_folder(path, key)
     config = load_model_config(path, override_config, trust_remote_code)
-    lm = AutoModelForCausalLM.from_pretrained(
+    lm = auto_model_class(config).from_pretrained(
         path, config=config, trust_remote_code=trust_remote_code, **{DTYPE_KWARG: dtype}
     )
-    model = ValueModel(lm.get_decoder(), config.hidden_size)
+    model = ValueModel(*value_backbone(lm))
     model.to(dtype)
     model.load_value_head_if_present(path)
     return model

@@ -3,6 +3,7 @@
     is_vision_language(config)               # the config has a vision tower (`vision_config`)
     auto_model_class(config)                 # AutoModelForImageTextToText for a VLM, else AutoModelForCausalLM
     backbone = vision_language_backbone(lm)  # vision tower + language model, returns hidden states
+    backbone, hidden_size = value_backbone(lm)   # what a critic puts its value head on
     vision = batch_vision_inputs(rows, device)   # {"pixel_values": (ΣN_i, D), "image_grid_thw": (ΣK_i, 3)}
     freeze_vision_tower(lm)                  # no gradients into the vision encoder (its merger stays trainable)
 
@@ -50,6 +51,15 @@ def vision_language_backbone(lm: nn.Module) -> nn.Module:
             "point model.path at a VLM folder (e.g. Qwen2-VL) or drop the data's images column."
         )
     return backbone
+
+
+def value_backbone(lm: nn.Module) -> tuple[nn.Module, int]:
+    """(backbone, hidden size) of a critic built from `lm`: the decoder of a causal LM, or a vision-language
+    model's vision tower + language model, so the critic sees the images too."""
+    config = lm.config
+    if is_vision_language(config):
+        return vision_language_backbone(lm), config.get_text_config().hidden_size
+    return lm.get_decoder(), config.hidden_size
 
 
 def vision_tower(lm: nn.Module) -> nn.Module:

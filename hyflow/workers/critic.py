@@ -22,7 +22,7 @@ from hyflow import fields as F
 from hyflow.algorithms import compute_value_loss, masked_mean
 from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
-from hyflow.workers.batching import pad_responses, restore_order
+from hyflow.workers.batching import multi_modal_rows, pad_responses, restore_order, select_model_inputs
 from hyflow.workers.fsdp import training_device
 from hyflow.workers.micro_batch_loop import forward_without_grad, run_ppo_epochs
 
@@ -51,13 +51,14 @@ class DataParallelPPOCritic:
         """Values at the response positions of a micro-batch that is already on the training device (`packed`: its
         packing, made on the host, when the critic removes padding)."""
         response_length = micro[F.RESPONSES].shape[-1]
-        values = self.module(micro[F.INPUT_IDS], micro[F.ATTENTION_MASK], micro[F.POSITION_IDS], packed=packed)
+        inputs = (micro[F.INPUT_IDS], micro[F.ATTENTION_MASK], micro[F.POSITION_IDS])
+        values = self.module(*inputs, packed=packed, multi_modal_inputs=multi_modal_rows(micro))
         return values[:, -response_length - 1 : -1]
 
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values (B, R) in the input's row order, zero outside `response_mask`. Reads the same meta_info keys as
         the actor's `compute_log_prob` (`micro_batch_size`, `use_dynamic_bsz`, `max_token_len`)."""
-        batch = data.batch.select(*MODEL_INPUTS, F.RESPONSE_MASK)
+        batch = select_model_inputs(data, (*MODEL_INPUTS, F.RESPONSE_MASK))
         outputs, bins = forward_without_grad(self.module, batch, data.meta_info, self.device, self._forward)
         response_length = batch[F.RESPONSES].shape[1]
         values = [pad_responses(micro_values, response_length) for micro_values in outputs]
@@ -85,7 +86,7 @@ class DataParallelPPOCritic:
         """`ppo_epochs` passes in mini-batches over `values` (old), `returns`; one metric value per step."""
         if self.optimizer is None:
             raise ValueError("DataParallelPPOCritic.update_critic needs an optimizer (this critic was built without).")
-        batch = data.batch.select(*MODEL_INPUTS, F.RESPONSE_MASK, F.VALUES, F.RETURNS)
+        batch = select_model_inputs(data, (*MODEL_INPUTS, F.RESPONSE_MASK, F.VALUES, F.RETURNS))
         self.module.train()
         metrics = run_ppo_epochs(
             self.module,

@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_mo
 from transformers import AutoConfig, AutoTokenizer
 
 from hyflow.models.lora import apply_lora
-from hyflow.models.multimodal import auto_model_class
+from hyflow.models.multimodal import auto_model_class, value_backbone
 from hyflow.models.policy import PolicyModel
 from hyflow.models.processor import copy_processor_files
 from hyflow.models.value_head import ValueModel, save_value_head
@@ -51,7 +51,7 @@ def rebuild_model(hf_dir: str, info: dict) -> nn.Module:
     config = AutoConfig.from_pretrained(hf_dir)
     lm = auto_model_class(config).from_config(config)
     if info.get("kind") == "critic":
-        return ValueModel(lm.get_decoder(), config.hidden_size)
+        return ValueModel(*value_backbone(lm))
     lora = info.get("lora")
     if lora:
         lm = apply_lora(lm, lora["rank"], lora["alpha"], lora["target_modules"], lora["exclude_modules"])

@@ -4,6 +4,8 @@ The launch mirrors a verl geo3k script (module and sizes changed, paths local): 
 geo3k, with a reward that varies with the response so the random model gets non-zero advantages.
 """
 
+import math
+
 import pytest
 import torch
 from transformers import AutoModelForImageTextToText
@@ -12,7 +14,7 @@ from hyflow.config import load_config
 from hyflow.data.prepare import prepare_task
 from hyflow.models.processor import load_processor
 from hyflow.models.tiny_vlm import build_tiny_vlm
-from hyflow.trainer.placement import ACTOR_ROLLOUT
+from hyflow.trainer.placement import ACTOR_ROLLOUT, CRITIC
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from hyflow.workers.merge import merge_checkpoint
 
@@ -61,17 +63,22 @@ def vision_overrides(assets, out, *extra):
     ]
 
 
-def train(assets, out, *extra):
+def weights(module):
+    return {name: p.detach().full_tensor().clone() for name, p in module.named_parameters()}
+
+
+def train(assets, out, *extra, critic=False):
+    """Train; returns (last metrics, weights before, weights after) of the actor, or of the critic."""
     trainer = PPOTrainer(load_config(vision_overrides(assets, out, *extra)))
     trainer.init_workers()
-    module = trainer.workers.local_role(ACTOR_ROLLOUT).actor.module
-    before = {name: p.detach().full_tensor().clone() for name, p in module.named_parameters()}
+    worker = trainer.workers.local_role(CRITIC if critic else ACTOR_ROLLOUT)
+    module = worker.critic.module if critic else worker.actor.module
+    before = weights(module)
     try:
         metrics = trainer.fit()
     finally:
         trainer.close()
-    after = {name: p.detach().full_tensor().clone() for name, p in module.named_parameters()}
-    return metrics, before, after
+    return metrics, before, weights(module)
 
 
 def test_grpo_on_images_trains_the_vlm_and_merges_into_a_folder_that_loads(assets, tmp_path):
@@ -93,3 +100,12 @@ def test_grpo_on_images_with_lora_changes_only_the_adapters(assets, tmp_path):
     _, before, after = train(assets, tmp_path, *lora, "trainer.save_freq=-1")
     changed = {name for name in before if not torch.equal(before[name], after[name])}
     assert changed and all("lora_" in name for name in changed)
+
+
+def test_ppo_with_a_vlm_critic_trains_both_on_the_images(assets, tmp_path):
+    gae = ["algorithm.adv_estimator=gae", "critic.model.enable_gradient_checkpointing=False", "critic.optim.lr=1e-2"]
+    gae += ["critic.ppo_micro_batch_size_per_gpu=4", "trainer.save_freq=-1"]
+    metrics, before, after = train(assets, tmp_path, *gae, critic=True)
+    assert math.isfinite(metrics["critic/vf_loss"])
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert "value_head.weight" in changed and any(".visual." in name for name in changed)  # it sees the images

@@ -5,8 +5,15 @@ import pytest
 import torch
 
 from hyflow import fields as F
+from hyflow.config.data import DataConfig
+from hyflow.data.collate import collate_fn
+from hyflow.data.dataset import RLHFDataset
+from hyflow.data.prepare import prepare_task
+from hyflow.models.processor import load_processor
 from hyflow.models.tiny import build_tiny_model
+from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.protocol import DataProto
+from hyflow.rollout.batch import pack_responses
 
 VOCAB = 500  # token ids drawn below the tiny tokenizer's size
 
@@ -48,3 +55,29 @@ def tiny_model_path(tmp_path_factory) -> str:
 def ppo_batch():
     """The `make_ppo_batch` factory, for tests to call with their own sizes and seeds."""
     return make_ppo_batch
+
+
+IMAGE_RESPONSE_LENGTH = 5
+
+
+@pytest.fixture(scope="session")
+def vlm_path(tmp_path_factory):
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture(scope="session")
+def image_batch(vlm_path, tmp_path_factory):
+    """6 rows of the shapes task (84x84 pictures: 9 image tokens each) with random responses of random lengths,
+    in the layout the rollout hands the actor and critic (M-RoPE positions, per-row multi_modal_inputs)."""
+    folder = tmp_path_factory.mktemp("shapes")
+    written = prepare_task("shapes", folder, train_size=6, test_size=1, image_size=84, max_count=3)
+    processor = load_processor(vlm_path)
+    dataset = RLHFDataset(written["train"], processor.tokenizer, DataConfig(max_prompt_length=64), processor)
+    prompts = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    generator = torch.Generator().manual_seed(0)
+    responses = [torch.randint(3, 300, (int(n),), generator=generator).tolist() for n in [5, 2, 4, 1, 5, 3]]
+    data = pack_responses(
+        prompts, responses, [[0.0] * len(r) for r in responses], ["stop"] * 6, IMAGE_RESPONSE_LENGTH, 0
+    )
+    data.batch[F.ADVANTAGES] = torch.randn(6, IMAGE_RESPONSE_LENGTH, generator=generator)
+    return data

@@ -6,44 +6,15 @@ from transformers import AutoModelForImageTextToText
 
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorConfig
-from hyflow.config.data import DataConfig
-from hyflow.data.collate import collate_fn
-from hyflow.data.dataset import RLHFDataset
-from hyflow.data.prepare import prepare_task
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.multimodal import freeze_vision_tower, vision_tower
 from hyflow.models.policy import PolicyModel
-from hyflow.models.processor import load_processor
-from hyflow.models.tiny_vlm import build_tiny_vlm
-from hyflow.protocol import DataProto
-from hyflow.rollout.batch import pack_responses
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.optim import build_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 RESPONSE_LENGTH = 5
-
-
-@pytest.fixture(scope="module")
-def vlm_path(tmp_path_factory):
-    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
-
-
-@pytest.fixture(scope="module")
-def image_batch(vlm_path, tmp_path_factory):
-    """6 rows of the shapes task (pictures of 28 to 84 pixels, so rows differ in image tokens), with random
-    responses of random lengths, in the layout the rollout hands the actor."""
-    folder = tmp_path_factory.mktemp("shapes")
-    written = prepare_task("shapes", folder, train_size=6, test_size=1, image_size=84, max_count=3)
-    processor = load_processor(vlm_path)
-    dataset = RLHFDataset(written["train"], processor.tokenizer, DataConfig(max_prompt_length=64), processor)
-    prompts = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
-    generator = torch.Generator().manual_seed(0)
-    responses = [torch.randint(3, 300, (int(n),), generator=generator).tolist() for n in [5, 2, 4, 1, 5, 3]]
-    data = pack_responses(prompts, responses, [[0.0] * len(r) for r in responses], ["stop"] * 6, RESPONSE_LENGTH, 0)
-    data.batch[F.ADVANTAGES] = torch.randn(6, RESPONSE_LENGTH, generator=generator)
-    return data
 
 
 def plain_transformers_log_probs(path, data):
