@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration
+from transformers import AutoConfig, AutoModelForImageTextToText, GenerationConfig, PreTrainedTokenizerFast
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from hyflow.models.processor import image_text_processor_class, save_processor
@@ -72,8 +72,25 @@ def build_tiny_processor(
     return image_text_processor_class()(image_processor, tokenizer, chat_template=VLM_CHAT_TEMPLATE)
 
 
-def tiny_vlm_config(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, num_layers: int = 2) -> Qwen2VLConfig:
-    """A Qwen2-VL config of ~100k parameters whose special-token ids are the tiny tokenizer's."""
+ARCHS = ("qwen2_vl", "qwen2_5_vl")
+
+
+def _vision_config(arch: str, hidden_size: int) -> dict:
+    """A one-block vision tower whose merger projects into the language model's `hidden_size`."""
+    shared = {"depth": 1, "num_heads": 2, "patch_size": PATCH_SIZE, "spatial_merge_size": MERGE_SIZE}
+    if arch == "qwen2_vl":
+        return {**shared, "embed_dim": 32, "hidden_size": hidden_size, "mlp_ratio": 2, "temporal_patch_size": 2}
+    # Qwen2.5-VL: windowed attention over 56-pixel windows, the (only) block attends fully
+    return {**shared, "hidden_size": 32, "intermediate_size": 64, "out_hidden_size": hidden_size, "window_size": 56,
+            "fullatt_block_indexes": [0], "temporal_patch_size": 2}  # fmt: skip
+
+
+def tiny_vlm_config(
+    tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, num_layers: int = 2, arch: str = "qwen2_vl"
+) -> Any:
+    """A Qwen2-VL (or Qwen2.5-VL) config of ~200k parameters whose special-token ids are the tiny tokenizer's."""
+    if arch not in ARCHS:
+        raise ValueError(f"build_tiny_vlm: arch={arch!r} is not supported; use one of {list(ARCHS)}.")
     num_heads = 4
     head_dim = hidden_size // num_heads
     quarter = head_dim // 2 // 4  # M-RoPE splits head_dim/2 frequencies into (temporal, height, width) sections
@@ -96,19 +113,10 @@ def tiny_vlm_config(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, n
         "bos_token_id": None,
         "tie_word_embeddings": True,
     }
-    vision_config = {
-        "depth": 1,
-        "embed_dim": 32,
-        "hidden_size": hidden_size,  # the merger's output width = the language model's
-        "mlp_ratio": 2,
-        "num_heads": 2,
-        "patch_size": PATCH_SIZE,
-        "spatial_merge_size": MERGE_SIZE,
-        "temporal_patch_size": 2,
-    }
-    return Qwen2VLConfig(
+    return AutoConfig.for_model(
+        arch,
         text_config=text_config,
-        vision_config=vision_config,
+        vision_config=_vision_config(arch, hidden_size),
         image_token_id=ids(IMAGE_PAD),
         video_token_id=ids(VIDEO_PAD),
         vision_start_token_id=ids(VISION_START),
@@ -124,18 +132,20 @@ def build_tiny_vlm(
     seed: int = 0,
     min_pixels: int = DEFAULT_MIN_PIXELS,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    arch: str = "qwen2_vl",
 ) -> str:
-    """Save a randomly initialised (seeded) tiny Qwen2-VL, its tokenizer and its processor to `path`; return it.
+    """Save a randomly initialised (seeded) tiny Qwen2-VL (`arch="qwen2_5_vl"`: Qwen2.5-VL), its tokenizer and its
+    processor to `path`; return it.
 
     `AutoModelForImageTextToText.from_pretrained(path)`, `hyflow.models.processor.load_processor(path)` (or
     `AutoProcessor.from_pretrained(path)` where torchvision is installed) and `AutoTokenizer` load it offline.
     """
     tokenizer = build_tiny_vlm_tokenizer()
-    config = tiny_vlm_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers)
+    config = tiny_vlm_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers, arch=arch)
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
+        model = AutoModelForImageTextToText.from_config(config)
     eos_ids = [tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(PAD)]
     model.generation_config = GenerationConfig(eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id)
     path = os.fspath(path)
@@ -144,5 +154,5 @@ def build_tiny_vlm(
     save_processor(build_tiny_processor(tokenizer, min_pixels=min_pixels, max_pixels=max_pixels), path)
     save_tokenizer(tokenizer, path)
     num_params = sum(p.numel() for p in model.parameters())
-    logger.info("built tiny Qwen2-VL (%d params) at %s", num_params, path)
+    logger.info("built tiny %s (%d params) at %s", arch, num_params, path)
     return path

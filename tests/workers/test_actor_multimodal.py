@@ -9,6 +9,7 @@ from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.multimodal import freeze_vision_tower, vision_tower
 from hyflow.models.policy import PolicyModel
+from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.optim import build_optimizer
 
@@ -78,3 +79,11 @@ def test_freeze_vision_tower_keeps_the_encoder_and_trains_its_merger(vlm_path, i
     for name, parameter in tower.named_parameters():
         changed = not torch.equal(before[name], parameter)
         assert changed == name.startswith("merger."), name
+
+
+def test_a_qwen2_5_vl_gets_the_same_treatment(tmp_path, image_batch):
+    path = build_tiny_vlm(tmp_path / "qwen2.5-vl", arch="qwen2_5_vl")  # same tokenizer and processor
+    image_batch.meta_info.update({F.TEMPERATURE: 1.0, F.MICRO_BATCH_SIZE: 4, F.USE_DYNAMIC_BSZ: False})
+    log_probs, _ = build_actor(path).compute_log_prob(image_batch)
+    torch.testing.assert_close(log_probs, plain_transformers_log_probs(path, image_batch), rtol=1e-4, atol=1e-4)
+    assert freeze_vision_tower(load_causal_lm(path)) > 0
