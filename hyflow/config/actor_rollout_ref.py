@@ -164,6 +164,7 @@ class ActorRolloutRefConfig:
     """The hybrid engine: actor, rollout and ref share one process per device and one model."""
 
     hybrid_engine: bool = True  # only True: hyflow always colocates training and generation
+    nccl_timeout: int = 600  # seconds a collective of the workers' process group may wait before it fails
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -58,7 +58,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Join the process group, then load and shard the models of the roles this worker holds."""
-        self.init_distributed()
+        self.init_distributed(timeout_s=self.config.nccl_timeout)
         model_config = self.config.model
         builders.import_external_lib(model_config)
         path = builders.model_path(model_config, "actor_rollout_ref.model.path")
