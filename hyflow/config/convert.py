@@ -26,7 +26,6 @@ from hyflow.config.ppo_trainer import PPOTrainerConfig
 from hyflow.config.verl_compat import (
     aliased_value,
     ignored_reason,
-    ignored_value_reason,
     is_verl_default,
     renamed_key,
     unsupported_reason,
@@ -255,9 +254,6 @@ def _collect_renames(node: Mapping[str, Any], prefix: str, moves: list[tuple[str
 def convert_value(value: Any, hint: Any, key: str, problems: list[str]) -> Any:
     """Check `value` against the type `hint` of `key`; return it (converted) or `_INVALID` after recording why."""
     value = aliased_value(key, value)
-    notice = ignored_value_reason(key, value)
-    if notice is not None:
-        logger.warning(notice)
     reason = unsupported_value_reason(key, value)
     if reason is not None:
         problems.append(reason)

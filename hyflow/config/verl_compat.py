@@ -11,19 +11,24 @@ is one of:
 - `UNSUPPORTED`: a feature hyflow does not implement. Set to verl's default (the feature off) it is accepted with
   a notice; set to anything else the loader stops and names the feature.
 
-`IGNORED_VALUES` are hyflow keys with values hyflow accepts but does not act on (a notice says why), and
-`SUPPORTED_VALUES_ONLY` hyflow keys whose other values are rejected. Patterns are dotted keys where `*` matches one
-or more key parts (shell-style, via `fnmatch`); a pattern also covers every key below it.
+`SUPPORTED_VALUES_ONLY` are hyflow keys whose other values are rejected. verl's Ulysses sequence parallelism
+(`ulysses_sequence_parallel_size > 1`) is folded into data parallelism by `fold_sequence_parallel`.
+
+Patterns are dotted keys where `*` matches one or more key parts (shell-style, via `fnmatch`); a pattern also
+covers every key below it.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from fnmatch import fnmatchcase
 from importlib import resources
 from typing import Any
 
 import yaml
+
+logger = logging.getLogger(__name__)
 
 _NOT_FOUND = object()
 
@@ -35,6 +40,14 @@ RENAMED: dict[str, str] = {
     "*.optim.clip_grad": "*.grad_clip",  # verl >= 0.7 moved the actor's / critic's grad_clip here
     "critic.fsdp": "critic.model.fsdp_config",  # verl >= 0.8
     "*.fsdp_config.dtype": "*.fsdp_config.mixed_precision.param_dtype",
+    # verl >= 0.8 also spells the sequence-parallel size inside the engine's section
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    ),
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": (
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size"
+    ),
+    "critic.model.fsdp_config.ulysses_sequence_parallel_size": "critic.ulysses_sequence_parallel_size",
     "actor_rollout_ref.actor.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
     "actor_rollout_ref.actor.use_fused_kernels": "actor_rollout_ref.model.use_fused_kernels",
     "*.model.lora.adapter_path": "*.model.lora_adapter_path",
@@ -65,10 +78,6 @@ _LAYOUT += "sampling settings"
 _RM_SERVER = (
     "verl's reward loop serves the reward model on an inference engine; hyflow scores with the reward model on its "
     "own worker group (reward_model.enable), so the scores are the same"
-)
-_SEQ_PARALLEL = (
-    "Ulysses sequence parallelism; hyflow has none and computes the same losses with FSDP2 alone (each device holds "
-    "whole sequences, so activation memory per device is higher)"
 )
 
 IGNORED: dict[str, str] = {
@@ -113,7 +122,6 @@ IGNORED: dict[str, str] = {
     "*.fsdp_config.forward_only": "verl's marker for a frozen model; hyflow knows which of its models train",
     "*.fsdp_config.strategy": "verl's copy of the section's `strategy` (checked there)",
     "*.fsdp_config.seed": _SEED,
-    "*.fsdp_config.ulysses_sequence_parallel_size": _SEQ_PARALLEL,
     "*.data_loader_seed": _SEED,
     "*.use_shm": "verl's shared-memory copy of the model files only speeds up loading",
     "*.profiler": _PROFILE,
@@ -217,11 +225,6 @@ UNSUPPORTED: dict[str, str] = {
 # verl defaults that do not switch the feature off (image_key="images" reads images when rows have them)
 DEFAULT_IS_NOT_OFF: tuple[str, ...] = ("data.image_key", "data.video_key", "data.audio_key")
 
-# hyflow key pattern -> (values it acts on, why other values are accepted without effect)
-IGNORED_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
-    "*.ulysses_sequence_parallel_size": ((1,), _SEQ_PARALLEL),
-}
-
 # hyflow key pattern -> (values hyflow supports, what the other values would have meant)
 SUPPORTED_VALUES_ONLY: dict[str, tuple[tuple[Any, ...], str]] = {
     "*.strategy": (("fsdp", "fsdp2"), "megatron is verl's Megatron-LM backend; hyflow trains with FSDP2"),
@@ -290,14 +293,6 @@ def unsupported_value_reason(key: str, value: Any) -> str | None:
     return None
 
 
-def ignored_value_reason(key: str, value: Any) -> str | None:
-    """For a key whose other values hyflow accepts without acting on them: the notice for `value` (or None)."""
-    for pattern, (acted_on, reason) in IGNORED_VALUES.items():
-        if value is not None and fnmatchcase(key, pattern) and value not in acted_on:
-            return f"config: {key}={value!r} has no effect in hyflow: {reason}."
-    return None
-
-
 @functools.cache
 def verl_keys() -> dict[str, Any]:
     """verl's `ppo_trainer` leaf keys and their defaults (see the module docstring)."""
@@ -316,3 +311,75 @@ def is_verl_default(key: str, value: Any) -> bool:
     if isinstance(value, bool) or isinstance(default, bool):
         return value is default
     return value == default
+
+
+def fold_sequence_parallel(config: Any) -> None:
+    """Read verl's Ulysses sequence parallelism as plain data parallelism, in place (a `PPOTrainerConfig`).
+
+    verl with sequence-parallel size sp splits each sequence over sp devices, so its data-parallel size is
+    `world / sp`, a micro-batch of `m` samples per "GPU" spans sp devices, and the token budget of a device is
+    multiplied by sp (`ppo_max_token_len_per_gpu * sp` per sequence-parallel group). hyflow has no sequence
+    parallelism: every device holds whole sequences. The same losses come out (they are normalised over the
+    global mini-batch) with the per-device numbers `m // sp` (at least 1) and `budget * sp`, at the price of more
+    activation memory per device. Each folded section gets one notice and sp = 1.
+    """
+    arr, critic = config.actor_rollout_ref, config.critic
+    actor_sp = arr.actor.ulysses_sequence_parallel_size
+    ref_sp = max(actor_sp, arr.ref.ulysses_sequence_parallel_size)  # the worker's device mesh is the actor's
+    _fold(
+        arr.actor, actor_sp, "actor_rollout_ref.actor", ["ppo_micro_batch_size_per_gpu"], ["ppo_max_token_len_per_gpu"]
+    )
+    _fold(
+        arr.rollout,
+        actor_sp,
+        "actor_rollout_ref.rollout",
+        ["log_prob_micro_batch_size_per_gpu"],
+        ["log_prob_max_token_len_per_gpu"],
+    )
+    _fold(
+        arr.ref,
+        ref_sp,
+        "actor_rollout_ref.ref",
+        ["log_prob_micro_batch_size_per_gpu"],
+        ["log_prob_max_token_len_per_gpu"],
+    )
+    _fold(
+        critic,
+        critic.ulysses_sequence_parallel_size,
+        "critic",
+        ["ppo_micro_batch_size_per_gpu", "forward_micro_batch_size_per_gpu"],
+        ["ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu"],
+    )
+    reward_model = config.reward_model
+    _fold(
+        reward_model,
+        reward_model.ulysses_sequence_parallel_size,
+        "reward_model",
+        ["micro_batch_size_per_gpu"],
+        ["forward_max_token_len_per_gpu"],
+    )
+
+
+def _fold(section: Any, sp: int, prefix: str, micro_batch_keys: list[str], token_keys: list[str]) -> None:
+    if sp <= 1:
+        return
+    changes = []
+    for name in micro_batch_keys:
+        value = getattr(section, name)
+        if value is not None:
+            setattr(section, name, max(1, value // sp))
+            changes.append(f"{prefix}.{name}={value} -> {getattr(section, name)}")
+    for name in token_keys:
+        value = getattr(section, name)
+        if value is not None:
+            setattr(section, name, value * sp)
+            changes.append(f"{prefix}.{name}={value} -> {value * sp}")
+    if hasattr(section, "ulysses_sequence_parallel_size"):
+        section.ulysses_sequence_parallel_size = 1
+    logger.warning(
+        "config: Ulysses sequence parallelism (size %d) for %s: hyflow has none, so every device holds whole "
+        "sequences (more activation memory per device, the same losses); per-device sizes: %s.",
+        sp,
+        prefix,
+        ", ".join(changes) or "unchanged",
+    )

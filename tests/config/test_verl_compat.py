@@ -125,7 +125,7 @@ def test_a_verl_style_launch_line_loads_and_lands_on_hyflows_keys(caplog):
     notices = " ".join(r.getMessage() for r in caplog.records)
     for ignored in ("use_orig_params", "profiler.enable", "data_parallel_size", "use_reward_loop", "rollout.name"):
         assert ignored in notices
-    assert "ulysses_sequence_parallel_size=2 has no effect in hyflow" in notices
+    assert "Ulysses sequence parallelism (size 2) for actor_rollout_ref.actor" in notices
 
 
 def test_clip_grad_in_a_yaml_style_dict_moves_to_the_sections_grad_clip():
@@ -162,3 +162,27 @@ def test_verls_newer_reward_section_reaches_the_reward_model_and_custom_function
 
     assert config.reward_model.enable is True and config.reward_model.model.path == "/models/rm"
     assert config.custom_reward_function.path == str(score_file)
+
+
+def test_ulysses_sequence_parallelism_is_read_as_data_parallelism_with_verls_per_device_numbers(caplog):
+    overrides = [
+        "data.train_batch_size=32",
+        "data.max_prompt_length=1024",
+        "data.max_response_length=3072",
+        "trainer.n_gpus_per_node=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024",  # verl: 1024 * sp = 4096 per sequence group
+        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=4",  # verl >= 0.8 spelling
+        "critic.ulysses_sequence_parallel_size=2",
+        "critic.ppo_micro_batch_size_per_gpu=4",  # verl: 4 samples per group of 2 devices
+    ]
+    with caplog.at_level(logging.WARNING, logger="hyflow.config"):
+        config = load_config(overrides)
+
+    actor, critic = config.actor_rollout_ref.actor, config.critic
+    assert actor.ppo_max_token_len_per_gpu == 4096 and actor.ulysses_sequence_parallel_size == 1
+    assert config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 4096  # inherits the folded budget
+    assert critic.ppo_micro_batch_size_per_gpu == 2 and critic.ulysses_sequence_parallel_size == 1
+    folded = [r.getMessage() for r in caplog.records if "Ulysses sequence parallelism (size 4)" in r.getMessage()]
+    assert len(folded) == 3  # the actor, the rollout's log-prob pass and the ref share the actor's device mesh
