@@ -229,6 +229,8 @@ DEFAULT_IS_NOT_OFF: tuple[str, ...] = ("data.image_key", "data.video_key", "data
 SUPPORTED_VALUES_ONLY: dict[str, tuple[tuple[Any, ...], str]] = {
     "*.strategy": (("fsdp", "fsdp2"), "megatron is verl's Megatron-LM backend; hyflow trains with FSDP2"),
     "actor_rollout_ref.hybrid_engine": ((True,), "hyflow always colocates actor, rollout and ref (hybrid engine)"),
+    "critic.model.lora_rank": ((0,), "LoRA for the critic; hyflow trains the critic's full weights"),
+    "critic.model.lora_adapter_path": ((None,), "LoRA for the critic; hyflow trains the critic's full weights"),
 }
 
 

@@ -186,3 +186,9 @@ def test_ulysses_sequence_parallelism_is_read_as_data_parallelism_with_verls_per
     assert critic.ppo_micro_batch_size_per_gpu == 2 and critic.ulysses_sequence_parallel_size == 1
     folded = [r.getMessage() for r in caplog.records if "Ulysses sequence parallelism (size 4)" in r.getMessage()]
     assert len(folded) == 3  # the actor, the rollout's log-prob pass and the ref share the actor's device mesh
+
+
+def test_lora_for_the_critic_is_rejected_instead_of_dropped():
+    problems = _problems(["critic.model.lora_rank=8", "critic.model.lora_adapter_path=/adapters/critic"])
+
+    assert len(problems) == 2 and all("LoRA for the critic" in p for p in problems)
