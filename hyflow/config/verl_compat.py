@@ -200,8 +200,6 @@ UNSUPPORTED: dict[str, str] = {
     "data.gen_batch_size": "a generation batch larger than the training batch",
     "data.tool_config_path": "tool schemas in the dataset's prompts",
     "data.function_tool_path": "tool schemas in the dataset's prompts",
-    "algorithm.use_pf_ppo": "PF-PPO sample reweighting",
-    "algorithm.pf_ppo": "PF-PPO sample reweighting",
     "algorithm.rollout_correction": "verl's rollout-correction importance and rejection sampling",
     "algorithm.filter_groups.max_inflight_gen_batches": "overlapping generation batches for group filtering",
     "distillation": "distillation from teacher models",

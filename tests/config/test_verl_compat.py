@@ -192,3 +192,11 @@ def test_lora_for_the_critic_is_rejected_instead_of_dropped():
     problems = _problems(["critic.model.lora_rank=8", "critic.model.lora_adapter_path=/adapters/critic"])
 
     assert len(problems) == 2 and all("LoRA for the critic" in p for p in problems)
+
+
+def test_pf_ppo_keys_load_as_hyflow_keys():
+    config = load_config(
+        ["algorithm.use_pf_ppo=True", "algorithm.pf_ppo.reweight_method=max_min", "algorithm.pf_ppo.weight_pow=3.0"]
+    )
+
+    assert config.algorithm.use_pf_ppo is True and config.algorithm.pf_ppo.reweight_method == "max_min"
