@@ -27,10 +27,10 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from hyflow.rollout import triton_step
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.models.llama import Attention
+from hyflow.engine import triton_step
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.models.llama import Attention
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e peak
 

@@ -10,8 +10,8 @@ results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout
 
 if [[ $parts == *,tests,* ]]; then
     step gpu_tests 180 "passed|failed|FAILED|skipped in" \
-        python3 -m pytest -q -p no:cacheprovider tests/rollout/test_gpu.py tests/rollout/test_triton_rope.py \
-        tests/rollout/test_triton_step.py tests/rollout/test_async_scheduling.py \
+        python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/engine/test_triton_rope.py \
+        tests/engine/test_triton_step.py tests/engine/test_async_scheduling.py \
         tests/models/test_fused_gpu.py \
         tests/models/test_packing_gpu.py
 fi

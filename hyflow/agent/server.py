@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 if TYPE_CHECKING:
-    from hyflow.rollout.async_engine import AsyncLLMEngine
+    from hyflow.engine.async_engine import AsyncLLMEngine
     from hyflow.rollout.worker_rollout import EngineRollout
 
 FinishReason = Literal["stop", "length", "abort"]

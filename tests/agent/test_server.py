@@ -13,12 +13,12 @@ from hyflow import fields as F
 from hyflow.agent.manager import AgentLoopManager
 from hyflow.agent.server import EngineServer, ServerRouter, TokenOutput, WorkerServer
 from hyflow.config.actor_rollout_ref import RolloutConfig
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.sequence import CompletionOutput
 from hyflow.models.tiny import build_tiny_model
 from hyflow.protocol import DataProto
-from hyflow.rollout.async_engine import AsyncLLMEngine
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.sequence import CompletionOutput
 from hyflow.rollout.worker_rollout import EngineRollout
 
 
