@@ -19,6 +19,7 @@ Hydra config-group choice such as `actor@actor_rollout_ref.actor=...`) and image
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -94,16 +95,18 @@ def capture_launches(script: Path, timeout_s: float = 60.0) -> list[list[str]]:
             "HOME": str(home),
             "HYFLOW_CAPTURE_DIR": str(capture),
         }
-        subprocess.run(
-            ["bash", str(script.resolve())],
-            cwd=home,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=timeout_s,
-            check=False,
-        )
+        # a script that waits (a Ray cluster loop, a sleep) is stopped; whatever it launched so far is kept
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            subprocess.run(
+                ["bash", str(script.resolve())],
+                cwd=home,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=timeout_s,
+                check=False,
+            )
         files = sorted(capture.iterdir(), key=lambda p: p.stat().st_mtime_ns)
         return [p.read_bytes().decode().split("\0")[:-1] for p in files]
 
