@@ -5,14 +5,17 @@
 
 Each `examples/{grpo,ppo}_trainer/*.sh` runs under bash with stand-ins for the commands it calls: `python3 -m
 ...main_ppo` records its arguments instead of training, any other `python`/`python3` call fails (so probes such
-as `python3 -c 'import torch_npu'` take their "not installed" branch), `ray job submit ... -- CMD` runs CMD, and
+as `python3 -c 'import torch_npu'` take their "not installed" branch), `ray job submit ... -- CMD` and
+`uv run ... python3 ...` run their command, and
 commands that would reach the network or a GPU (`pip`, `wget`, `curl`, `git`, `hf`, `nvidia-smi`, ...) do nothing.
 `HOME` is an empty temporary folder. The recorded overrides then go through `hyflow.config.load_config`, the same
-check `hyflow train` runs before any worker starts (data and model paths are not opened).
+check `hyflow train` runs before any worker starts, from the checkout's root as verl's scripts expect (so a
+relative `custom_reward_function.path` resolves; data and model paths are not opened).
 
 Scripts outside hyflow's scope are reported as skipped, with the reason: verl's Megatron-LM or VeOmni backends
 (a `ppo_megatron_trainer` config, `model_engine=` or `strategy=` other than FSDP, `*.megatron.*` keys, a
-Hydra config-group choice such as `actor@actor_rollout_ref.actor=...`) and image/video data (`data.image_key`,
+Hydra config-group choice such as `actor@actor_rollout_ref.actor=...`), Ascend NPUs (`trainer.device=npu`) and
+image/video data (`data.image_key`,
 `data.video_key`, or a vision-language model). Every other script must load: the exit status is 1 when one fails.
 """
 
@@ -46,6 +49,13 @@ if [ "$1" = job ] && [ "$2" = submit ]; then
 fi
 exit 0
 """
+_UV = """#!/usr/bin/env bash
+while [ "$#" -gt 0 ]; do
+  case "$1" in python|python3) exec "$@" ;; esac
+  shift
+done
+exit 0
+"""
 _NOTHING = "#!/usr/bin/env bash\nexit 0\n"
 _SILENT_COMMANDS = (
     "pip",
@@ -74,7 +84,7 @@ class ScriptResult:
 
 
 def _write_stand_ins(folder: Path) -> None:
-    for name, text in [("python", _RECORD), ("python3", _RECORD), ("ray", _RAY)]:
+    for name, text in [("python", _RECORD), ("python3", _RECORD), ("ray", _RAY), ("uv", _UV)]:
         (folder / name).write_text(text)
     for name in _SILENT_COMMANDS:
         (folder / name).write_text(_NOTHING)
@@ -142,6 +152,8 @@ def out_of_scope(config_name: str, overrides: list[str]) -> str | None:
             return f"{value} backend ({key}={value})"
         if "@" in key or ".megatron." in key:
             return f"another training engine ({key}={value})"
+    if values.get("trainer.device") == "npu":
+        return "Ascend NPU (trainer.device=npu)"
     for key in ("data.image_key", "data.video_key"):
         if values.get(key):
             return f"image/video data ({key}={values[key]})"
@@ -160,26 +172,29 @@ class _Notices(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def check_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """(problems, notices) of loading `overrides` with hyflow's config checker."""
+def check_overrides(overrides: list[str], checkout: Path | None = None) -> tuple[list[str], list[str]]:
+    """(problems, notices) of loading `overrides` with hyflow's config checker, from `checkout` (default: here)."""
     from hyflow.config import ConfigError, load_config
 
     handler = _Notices()
     config_logger = logging.getLogger("hyflow.config")
     config_logger.addHandler(handler)
     propagate, config_logger.propagate = config_logger.propagate, False  # collected per script, not printed
+    here = Path.cwd()
     try:
+        os.chdir(checkout or here)
         load_config(overrides)
         problems: list[str] = []
     except ConfigError as err:
         problems = list(err.problems)
     finally:
+        os.chdir(here)
         config_logger.removeHandler(handler)
         config_logger.propagate = propagate
     return problems, handler.messages
 
 
-def check_script(script: Path) -> ScriptResult:
+def check_script(script: Path, checkout: Path | None = None) -> ScriptResult:
     launches = capture_launches(script)
     if not launches:
         return ScriptResult(script.name, "no-launch", "runs no `python -m ...main_ppo` (or stops before it)")
@@ -189,7 +204,7 @@ def check_script(script: Path) -> ScriptResult:
         reason = out_of_scope(config_name, overrides)
         if reason is not None:
             return ScriptResult(script.name, "skipped", reason)
-        problems, notices = check_overrides(overrides)
+        problems, notices = check_overrides(overrides, checkout)
         result.problems += problems
         result.notices += notices
     if result.problems:
@@ -208,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     counts: dict[str, int] = {}
     for script in scripts:
-        result = check_script(script)
+        result = check_script(script, args.verl_checkout)
         counts[result.status] = counts.get(result.status, 0) + 1
         detail = result.reason or (f"{len(result.notices)} notices" if result.status == "loads" else "")
         print(f"{result.status:9} {script.parent.name}/{result.name}  {detail}")

@@ -112,11 +112,12 @@ class AgentConfig:
 class RolloutConfig:
     """Generation: engine, sampling, lengths, memory, and log-probs of the actor's old policy.
 
-    `name`: `hyflow` (hyflow's engine) or `hf` (`transformers.generate`); verl's `vllm` / `sglang` run on hyflow's
-    engine (normalised at load with a notice). `prompt_length` / `response_length` default to `data.max_*_length`.
+    `name`: `hyflow` (hyflow's engine) or `hf` (`transformers.generate`); verl's `vllm` / `sglang` / `trtllm` run
+    on hyflow's engine (normalised at load with a notice). `prompt_length` / `response_length` default to
+    `data.max_*_length`.
     """
 
-    name: Literal["hyflow", "hf", "vllm", "sglang"] = "hyflow"
+    name: Literal["hyflow", "hf", "vllm", "sglang", "trtllm"] = "hyflow"
     mode: Literal["sync", "async"] = "sync"  # async: agent loops over the async per-request API
     temperature: float = 1.0
     top_k: int = -1  # -1: off

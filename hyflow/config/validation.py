@@ -56,7 +56,7 @@ def data_parallel_size(config: PPOTrainerConfig) -> int:
 def _normalise(config: PPOTrainerConfig) -> None:
     fold_sequence_parallel(config)  # verl's Ulysses sizes, read as plain data parallelism
     rollout = config.actor_rollout_ref.rollout
-    if rollout.name in ("vllm", "sglang"):
+    if rollout.name in ("vllm", "sglang", "trtllm"):
         logger.warning(
             "config: %s.name=%s: hyflow runs this on its own generation engine (name=hyflow); "
             "the sampling settings mean the same.",

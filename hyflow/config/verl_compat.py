@@ -114,6 +114,7 @@ IGNORED: dict[str, str] = {
     "*.entropy_from_logits_chunk_size": _MEMORY,
     "*.entropy_checkpointing": _MEMORY,
     "*.model.tiled_mlp": _MEMORY,
+    "*.model.lora.merge": "hyflow always folds the LoRA adapter into the weights it hands its engine",
     "*.enable_activation_offload": _MEMORY,
     "*.model.fused_kernel_options": "how verl's fused log-prob kernels are built; they compute the same values",
     "*.pad_to_length": "padding every batch to a fixed length only changes the shapes the kernels see",
