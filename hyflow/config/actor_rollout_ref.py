@@ -61,7 +61,7 @@ class ActorConfig:
     use_kl_loss: bool = False  # KL to the ref policy as a loss term (GRPO) instead of in the reward
     kl_loss_coef: float = 0.001
     kl_loss_type: KLLossType = "low_var_kl"
-    ulysses_sequence_parallel_size: int = 1  # verl's; folded into data parallelism at load (verl_compat)
+    ulysses_sequence_parallel_size: int = 1  # verl's; read as data parallelism at load (sequence_parallel.py)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from hyflow.config.algorithm import GROUP_ADV_ESTIMATORS
 from hyflow.config.convert import fill_inherited, get_by_path
 from hyflow.config.ppo_trainer import PPOTrainerConfig
-from hyflow.config.verl_compat import fold_sequence_parallel
+from hyflow.config.sequence_parallel import fold_sequence_parallel
 
 logger = logging.getLogger(__name__)
 
