@@ -25,6 +25,7 @@ python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_s
     data.train_files="['$HOME/data/gsm8k/train.parquet']" actor_rollout_ref.rollout.n=4 "${ACTOR[@]}" "$@"
 """
 MEGATRON_SCRIPT = "python3 -m verl.trainer.main_ppo --config-name='ppo_megatron_trainer' data.train_batch_size=8\n"
+UV_NPU_SCRIPT = "uv run --frozen --extra vllm python3 -m verl.trainer.main_ppo trainer.device=npu\n"
 BROKEN_SCRIPT = "python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.optim.clip_gard=1.0\n"
 
 
@@ -35,6 +36,7 @@ def verl_tree(tmp_path):
     (folder / "run_fsdp.sh").write_text(FSDP_SCRIPT)
     (folder / "run_megatron.sh").write_text(MEGATRON_SCRIPT)
     (folder / "run_typo.sh").write_text(BROKEN_SCRIPT)
+    (folder / "run_uv_npu.sh").write_text(UV_NPU_SCRIPT)
     return tmp_path
 
 
@@ -54,4 +56,5 @@ def test_each_script_is_reported_as_loading_skipped_or_failing(verl_tree, capsys
     assert lines[1].startswith("skipped   grpo_trainer/run_megatron.sh  Megatron-LM backend")
     assert lines[2].startswith("fails     grpo_trainer/run_typo.sh")
     assert "Did you mean 'actor_rollout_ref.actor.optim.clip_grad'" in lines[3] or "clip_gard" in lines[3]
-    assert lines[-1] == "3 scripts: 1 fails, 1 loads, 1 skipped" and status == 1
+    assert lines[-2].startswith("skipped   grpo_trainer/run_uv_npu.sh  Ascend NPU")  # launched through `uv run`
+    assert lines[-1] == "4 scripts: 1 fails, 1 loads, 2 skipped" and status == 1
