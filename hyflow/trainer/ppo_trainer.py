@@ -52,7 +52,7 @@ from hyflow.trainer.metrics import (
     timer,
 )
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups, check_placement
-from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask
+from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask, pf_ppo_resample
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.tracking import Tracking
 
@@ -324,7 +324,7 @@ class PPOTrainer:
             metrics.update({name: float(value) for name, value in kl_metrics.items()})
         else:
             batch.batch[F.TOKEN_LEVEL_REWARDS] = batch.batch[F.TOKEN_LEVEL_SCORES]
-        return compute_advantage(
+        batch = compute_advantage(
             batch,
             adv_estimator=algorithm.adv_estimator,
             gamma=algorithm.gamma,
@@ -333,6 +333,9 @@ class PPOTrainer:
             norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
             config=algorithm,
         )
+        if algorithm.use_pf_ppo and algorithm.adv_estimator == "gae":  # verl applies PF-PPO with GAE only
+            batch = pf_ppo_resample(batch, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
+        return batch
 
     # ---- after the update -------------------------------------------------------------------------------
     def _validate_if_due(self, timing: dict[str, float]) -> dict[str, float]:

@@ -82,7 +82,8 @@ class SFTTrainer:
     """Builds the data, model and optimizer from an `SFTConfig`; `fit()` trains, validates and saves."""
 
     def __init__(self, config: SFTConfig) -> None:
-        self.config = config
+        # LoRA from a saved adapter (model.lora_adapter_path) takes the adapter's rank, alpha and targets
+        self.config = config = dataclasses.replace(config, model=builders.with_adapter_settings(config.model))
         _check_device(config.trainer.device)
         init_distributed_from_env()
         self.rank = dist.get_rank() if is_distributed() else 0
