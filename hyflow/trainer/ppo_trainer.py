@@ -199,6 +199,7 @@ class PPOTrainer:
                     batch = self.group_filter.add(batch)
                     if batch is None:
                         continue
+                    batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
                 yield epoch, batch, timing, started
                 timing, started, num_gen_batches = {}, time.perf_counter(), 0
         logger.info("all %d epochs done at step %d", self.config.trainer.total_epochs, self.global_step)
@@ -214,7 +215,7 @@ class PPOTrainer:
         meta = {F.TEMPERATURE: rollout.temperature, F.DO_SAMPLE: rollout.do_sample, F.SEED: seed}
         with timer("gen", timing):
             output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
-        self._rollout_metrics = dict(output.meta_info.get(F.METRICS, {}))  # agent loops: turns, finish reasons
+        self._rollout_metrics = reduce_metrics(output.meta_info.get(F.METRICS, {}))  # per rank: turns, graphs, ...
         timing.update(output.meta_info.get(F.TIMING, {}))  # the worker's phases: gen/rollout_mode, gen/generate, ...
         batch = stages.merge_generation(batch, output)
         if F.RESPONSE_MASK not in batch.batch.keys():  # noqa: SIM118
