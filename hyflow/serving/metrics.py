@@ -23,15 +23,21 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 12
 _WINDOW_S = 10.0
 
 
+def _request_ids(queue: collections.deque) -> set[str]:
+    """The request ids of a scheduler queue. `list(queue)` copies it in one C call, which the engine's step thread
+    cannot interleave with (iterating the deque itself could see it change)."""
+    return {seq.request_id for seq in list(queue)}
+
+
 class ServerMetrics:
     def __init__(self, engine: LLMEngine) -> None:
         self.registry = registry = CollectorRegistry()
         scheduler, blocks = engine.scheduler, engine.block_manager
         Gauge("hyflow_requests_running", "requests with a sequence running", registry=registry).set_function(
-            lambda: len({seq.request_id for seq in scheduler.running})
+            lambda: len(_request_ids(scheduler.running))
         )
         Gauge("hyflow_requests_waiting", "requests whose sequences all wait", registry=registry).set_function(
-            lambda: len({seq.request_id for seq in scheduler.waiting} - {seq.request_id for seq in scheduler.running})
+            lambda: len(_request_ids(scheduler.waiting) - _request_ids(scheduler.running))
         )
         Gauge("hyflow_kv_cache_usage_ratio", "used KV-cache blocks / all blocks", registry=registry).set_function(
             lambda: 1 - blocks.num_free_blocks / blocks.num_blocks

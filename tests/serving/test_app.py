@@ -174,7 +174,12 @@ def test_health_version_tokenize_detokenize_and_metrics(server, client):
         assert http.post("/detokenize", json={"tokens": tokens["tokens"]}).json() == {"prompt": PROMPT}
         metrics = http.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
-    names = {family.name for family in text_string_to_metric_families(metrics.text)}
+    families = {family.name: family for family in text_string_to_metric_families(metrics.text)}
+    names = set(families)
+    generated = {sample.name: sample.value for sample in families["hyflow_generation_tokens"].samples}
+    assert generated["hyflow_generation_tokens_total"] >= 3  # the completion above
+    latency = {sample.name: sample.value for sample in families["hyflow_e2e_request_latency_seconds"].samples}
+    assert latency["hyflow_e2e_request_latency_seconds_count"] >= 1
     expected = {
         "hyflow_requests_running",
         "hyflow_requests_waiting",
