@@ -79,6 +79,11 @@ class ChatMessage(_Strict):
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
+    # Fields of a reply that clients send back as they got it (`messages.append(reply.choices[0].message)`).
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: dict[str, Any] | None = None
+    function_call: dict[str, Any] | None = None
 
 
 class FunctionDef(_Strict):
