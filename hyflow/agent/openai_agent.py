@@ -19,7 +19,8 @@ as a cap and the response budget (`response_length`) over the whole episode; the
 not used (on-policy RL samples with the trainer's settings). A request whose history is not the previous request's
 messages plus the reply as returned (the agent rewrote or dropped messages) is refused with a 400 naming the
 message, and the episode fails with that error: hyflow trains one conversation per rollout and does not split a
-trajectory into segments. The function's reward is kept as `extra_fields["agent_reward"]`.
+trajectory into segments. The function's reward travels with the trajectory as the non-tensor field
+`agent_reward` (None when it returned None); the reward managers do not read it yet (they score the final text).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hyflow import fields as F
 from hyflow.agent.chat import encode_prompt
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, register_agent_loop
 from hyflow.engine.config import SamplingParams
@@ -142,7 +144,7 @@ class OpenAIAgentLoop(AgentLoopBase):
             raise ValueError(f"the openai_agent function {type(self).agent.__name__} made no chat completion request")
         output = endpoint.data.to_output(self.response_length)
         if reward is not None:
-            output.extra_fields["agent_reward"] = float(reward)
+            output.extra_fields[F.AGENT_REWARD] = float(reward)
         return output
 
 
