@@ -101,3 +101,10 @@ def test_a_training_batch_larger_than_the_dataset_is_rejected_before_any_worker_
 
     with pytest.raises(ValueError, match=r"data.train_batch_size=32 is larger than the training set \(16 prompts\)"):
         PPOTrainer(config)
+
+
+def test_an_unwritable_checkpoint_folder_stops_the_trainer_before_any_worker_starts(assets, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    config = tiny_config(assets, tmp_path, f"trainer.default_local_dir={tmp_path / 'a_file' / 'ckpt'}")
+    with pytest.raises(ValueError, match=r"trainer\.default_local_dir=.* is not writable"):
+        PPOTrainer(config)
