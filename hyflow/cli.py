@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hyflow.trainer.main_ppo:main", "PPO/GRPO training: Hydra overrides with verl's keys (key=value ...)"),
     "prepare-data": ("hyflow.data.prepare:main", "write train/test parquet for gsm8k, math, arith or countdown"),
     "generate": ("hyflow.rollout.generate:main", "batch generation over a parquet of chat prompts"),
-    "serve": ("hyflow.rollout.server:main", "OpenAI-compatible HTTP API on hyflow's generation engine (--model PATH)"),
+    "serve": ("hyflow.serving.server:main", "OpenAI-compatible HTTP API on hyflow's generation engine (--model PATH)"),
     "serve-retrieval": ("hyflow.agent.retrieval_server:main", "BM25 search over a JSONL corpus, for the search tool"),
     "sft": ("hyflow.trainer.main_sft:main", "supervised fine-tuning on chat parquet, loss on assistant turns only"),
     "merge": ("hyflow.workers.merge:main", "turn a checkpoint (…/actor or …/critic) into a Hugging Face folder"),
