@@ -5,14 +5,21 @@
     tracking.log_generations([("1+2=", "3", 1.0)], step=3)
     tracking.finish()
 
-Loggers:
-- `console`: an aligned table of the metrics on stdout, one block per step;
-- `file`: JSONL, one line `{"step": N, "data": {...}}` per step, at `<log_dir>/metrics.jsonl`;
+Loggers (`log_dir` defaults to `logs/<project>/<experiment>`, relative to the working folder):
+- `console`: an aligned table of the metrics on stdout, one block per step, written through tqdm so that it never
+  glues onto a progress bar;
+- `file`: JSONL, one line `{"step": N, "data": {...}}` per step, at `<log_dir>/metrics.jsonl` (generations:
+  `{"step", "input", "output", "score"}` lines in `generations.jsonl`). A new run never appends to an old run's
+  file: an existing one is renamed `metrics.<its time>.jsonl` first, with a warning;
 - `tensorboard`: `torch.utils.tensorboard` event files under `<log_dir>/tensorboard` (`pip install tensorboard`);
-- `wandb`: Weights & Biases, offline (files under `<log_dir>`) unless `WANDB_API_KEY` or `WANDB_MODE` is set;
-- `mlflow`: a local file store at `<log_dir>/mlruns` unless `MLFLOW_TRACKING_URI` is set;
+- `wandb`: Weights & Biases, offline (files under `<log_dir>/wandb`) unless `WANDB_API_KEY` or `WANDB_MODE` is set;
+- `mlflow`: a local SQLite store `<log_dir>/mlflow.db` (artifacts in `<log_dir>/mlartifacts`) unless
+  `MLFLOW_TRACKING_URI` is set; metric names are made legal and collision-free for every MLflow store;
 - `swanlab`: SwanLab, local mode unless `SWANLAB_API_KEY` or `SWANLAB_MODE` is set.
-The last four import their package only when selected, and say which package to install when it is missing.
+The last four import their package only when selected, and say which package to install when it is missing (the
+`loggers` extra pins versions that work). A missing package is an error when `Tracking` is built, before any
+compute is spent; a logger that fails later (a full disk, a tracker that raises) is reported once and disabled, and
+training goes on with the others.
 
 `dump_generations` writes one step's generations to `<trainer.rollout_data_dir>/<step>.jsonl`.
 """
@@ -27,12 +34,14 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 __all__ = ["LOGGERS", "Tracking", "dump_generations"]
 
@@ -107,8 +116,15 @@ class ConsoleLogger:
         self.stream = stream
         self.width = width
 
+    def _write(self, text: str) -> None:
+        """To the given stream; to stdout through `tqdm.write`, which clears and redraws any progress bar."""
+        if self.stream is not None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        else:
+            tqdm.write(text, file=sys.stdout)
+
     def log(self, data: dict[str, float], step: int) -> None:
-        stream = self.stream or sys.stdout
         cells = [(key, _format_value(value)) for key, value in data.items()]
         key_width = min(max((len(key) for key, _ in cells), default=0), 48)
         value_width = max((len(text) for _, text in cells), default=0)
@@ -118,27 +134,44 @@ class ConsoleLogger:
         for start in range(0, len(cells), columns):
             row = cells[start : start + columns]
             lines.append("   ".join(f"{key:<{key_width}} {text:>{value_width}}" for key, text in row).rstrip())
-        stream.write("\n".join(lines) + "\n")
-        stream.flush()
+        self._write("\n".join(lines))
 
     def log_generations(self, samples: Sequence[Generation], step: int) -> None:
-        stream = self.stream or sys.stdout
         for prompt, output, score in samples:
-            stream.write(f"[step {step}] score={_format_value(score)}\n  input: {prompt!r}\n  output: {output!r}\n")
-        stream.flush()
+            self._write(f"[step {step}] score={_format_value(score)}\n  input: {prompt!r}\n  output: {output!r}")
 
     def finish(self) -> None:
         """Nothing to close."""
 
 
+def _set_aside(path: Path) -> None:
+    """Rename an earlier run's `path` to `<stem>.<its modification time><suffix>`, so that nothing appends to it."""
+    if not path.exists():
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+    target = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+    counter = 1
+    while target.exists():
+        target = path.with_name(f"{path.stem}.{stamp}-{counter}{path.suffix}")
+        counter += 1
+    path.rename(target)
+    logger.warning("%s held an earlier run's records: moved to %s; this run writes a new %s", path, target, path.name)
+
+
 class FileLogger:
-    """Appends `{"step": N, "data": {...}}` lines to `<log_dir>/metrics.jsonl` (generations to generations.jsonl)."""
+    """Writes `{"step": N, "data": {...}}` lines to `<log_dir>/metrics.jsonl` (generations to generations.jsonl).
+
+    An earlier run's files in the same folder (the same project and experiment name) are renamed first.
+    """
 
     def __init__(self, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / "metrics.jsonl"
         self.generations_path = log_dir / "generations.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+        for path in (self.path, self.generations_path):
+            _set_aside(path)
+        self._file = self.path.open("w", encoding="utf-8")
+        logger.info("file logger: metrics go to %s", self.path)
 
     def log(self, data: dict[str, float], step: int) -> None:
         self._file.write(json.dumps({"step": step, "data": data}) + "\n")
@@ -198,28 +231,48 @@ _MLFLOW_BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-. /:]")
 
 
 class MlflowLogger:
-    """MLflow; a local file store under `<log_dir>/mlruns` unless `MLFLOW_TRACKING_URI` is set.
+    """MLflow; a local SQLite store `<log_dir>/mlflow.db` unless `MLFLOW_TRACKING_URI` is set.
 
-    MLflow metric names allow letters, digits and `_-. /:` only, so `@` becomes `_at_` (`mean@4` → `mean_at_4`)
-    and other characters become `_`.
+    Read it back with `mlflow.set_tracking_uri("sqlite:///<log_dir>/mlflow.db"); mlflow.search_runs(...)`, or
+    browse it with `mlflow ui --backend-store-uri sqlite:///<log_dir>/mlflow.db`. (MLflow 3 keeps its file store
+    in maintenance mode, hence SQLite, as verl does.) Metric names are made legal for every store: MLflow allows
+    letters, digits and `_-. /:` only, so `@` becomes `_at_` (`mean@4` → `mean_at_4`) and other characters `_`;
+    and a name that is also the folder of other names (`timing_s/gen` beside `timing_s/gen/reward`, which a file
+    store cannot hold) gets `/value` appended (`timing_s/gen/value`).
     """
 
     def __init__(self, project: str, experiment: str, config: dict[str, Any], log_dir: Path) -> None:
         self.mlflow = _import_optional("mlflow", "mlflow", "mlflow")
         if not os.environ.get("MLFLOW_TRACKING_URI"):
-            self.mlflow.set_tracking_uri((log_dir / "mlruns").resolve().as_uri())
+            _import_optional("sqlalchemy", "sqlalchemy alembic", "mlflow")  # the SQLite store (mlflow-skinny lacks it)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self.mlflow.set_tracking_uri(f"sqlite:///{(log_dir / 'mlflow.db').resolve()}")
+            if self.mlflow.get_experiment_by_name(project) is None:  # artifacts beside the store, not in ./mlruns
+                self.mlflow.create_experiment(project, artifact_location=(log_dir / "mlartifacts").resolve().as_uri())
         self.mlflow.set_experiment(project)
         self.mlflow.start_run(run_name=experiment)
         params = {key: str(value)[:500] for key, value in _flatten(config).items()}
         if params:
             self.mlflow.log_params(params)
+        self._names: dict[str, str] = {}  # metric key -> its MLflow name, fixed at the key's first step
 
     @staticmethod
     def metric_name(key: str) -> str:
         return _MLFLOW_BAD_CHARS.sub("_", key.replace("@", "_at_"))
 
+    def _mlflow_names(self, keys: Sequence[str]) -> list[str]:
+        """Legal names; a name that other names of this step or an earlier one nest under gets `/value`."""
+        new = [key for key in keys if key not in self._names]
+        if new:
+            legal = {key: self.metric_name(key) for key in new}
+            names = [*legal.values(), *self._names.values()]
+            folders = {name[:i] for name in names for i, char in enumerate(name) if char == "/"}
+            for key, name in legal.items():
+                self._names[key] = f"{name}/value" if name in folders else name
+        return [self._names[key] for key in keys]
+
     def log(self, data: dict[str, float], step: int) -> None:
-        self.mlflow.log_metrics({self.metric_name(k): v for k, v in data.items()}, step=step)
+        self.mlflow.log_metrics(dict(zip(self._mlflow_names(list(data)), data.values())), step=step)
 
     def log_generations(self, samples: Sequence[Generation], step: int) -> None:
         lines = [json.dumps({"input": p, "output": o, "score": s}) for p, o, s in samples]
@@ -278,7 +331,12 @@ class Tracking:
         config_dict = _config_dict(config)
         self.loggers: dict[str, Any] = {}
         for name in dict.fromkeys(names):
-            self.loggers[name] = self._build(name, project_name, experiment_name, config_dict, stream)
+            try:
+                self.loggers[name] = self._build(name, project_name, experiment_name, config_dict, stream)
+            except ImportError:
+                raise  # a missing package: a config error, reported before any compute is spent
+            except Exception as error:
+                self._report(name, "could not start", error)
 
     def _build(self, name: str, project: str, experiment: str, config: dict[str, Any], stream: TextIO | None) -> Any:
         if name == "console":
@@ -290,21 +348,36 @@ class Tracking:
         backend = {"wandb": WandbLogger, "mlflow": MlflowLogger, "swanlab": SwanlabLogger}[name]
         return backend(project, experiment, config, self.log_dir)
 
+    @staticmethod
+    def _report(name: str, what: str, error: BaseException) -> None:
+        logger.warning(
+            "logger '%s' %s (%s: %s); it is disabled for the rest of the run, the other loggers go on",
+            name,
+            what,
+            type(error).__name__,
+            error,
+        )
+
+    def _call_each(self, method: str, *args: Any) -> None:
+        """`backend.method(*args)` on every logger; one that raises is reported once and dropped."""
+        for name, backend in list(self.loggers.items()):
+            try:
+                getattr(backend, method)(*args)
+            except Exception as error:
+                self._report(name, f"failed in {method}()", error)
+                del self.loggers[name]
+
     def log(self, data: Mapping[str, Any], step: int) -> None:
         """Log one step's metrics (numbers or 0-d tensors, read back in one host sync) to every logger."""
-        values = _to_floats(data)
-        for backend in self.loggers.values():
-            backend.log(values, step)
+        self._call_each("log", _to_floats(data), step)
 
     def log_generations(self, samples: Sequence[Generation], step: int) -> None:
         """Log a few (input, output, score) samples as text, e.g. `trainer.log_val_generations` of them."""
-        for backend in self.loggers.values():
-            backend.log_generations(list(samples), step)
+        self._call_each("log_generations", list(samples), step)
 
     def finish(self) -> None:
         """Flush and close every logger (call once, at the end of training)."""
-        for backend in self.loggers.values():
-            backend.finish()
+        self._call_each("finish")
 
     def __enter__(self) -> Tracking:
         return self
