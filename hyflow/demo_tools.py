@@ -16,8 +16,12 @@ answer. The tiny model learns that late in SFT: the loss sits near 0.2 for ~500 
 within ~100 steps to ~0.001 (measured: 0.196 at step 480, 0.141 at 560, 0.023 at 640); run to the end, SFT leaves
 the model 97% right, and GRPO has nothing left to add (at lr 1e-3 it lost accuracy: 96.9% → 68.4% after 20
 steps). So the defaults stop SFT in the middle of the drop (`sft_target_loss`), partly right, and GRPO runs at a
-lower learning rate. `NUM_DIGITS = 2` or 3 makes the tool indispensable (products a tiny model cannot compute)
-but needs a longer SFT, since more digits must be copied right.
+lower learning rate. Measured with the plain `hyflow demo --task tools` (these defaults): SFT stopped at step 593,
+validation accuracy 16.4% after SFT -> 34.8% after 40 GRPO steps (+18.4 points), 2232 s wall time on a 2-core CPU
+shared with seven other jobs (load average ~20; GRPO steps took 12-40 s).
+
+`NUM_DIGITS = 2` or 3 makes the tool indispensable (products a tiny model cannot compute) but needs a longer SFT,
+since more digits must be copied right.
 """
 
 from __future__ import annotations

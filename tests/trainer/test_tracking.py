@@ -9,7 +9,8 @@ import pytest
 import torch
 from tqdm import tqdm
 
-from hyflow.trainer.tracking import ConsoleLogger, MlflowLogger, Tracking, dump_generations
+from hyflow.trainer.trackers import MlflowLogger
+from hyflow.trainer.tracking import ConsoleLogger, Tracking, dump_generations
 
 
 def test_console_logger_prints_an_aligned_table_of_the_step():
@@ -122,7 +123,7 @@ def test_a_logger_that_cannot_start_is_reported_and_left_out(tmp_path, caplog):
 
 
 @pytest.mark.slow  # wandb starts its service process: ~10-20 s
-def test_wandb_writes_an_offline_run_whose_history_reads_back(monkeypatch, tmp_path):
+def test_wandb_writes_an_offline_run_whose_history_reads_back(monkeypatch, tmp_path, caplog):
     pytest.importorskip("wandb")
     from .tracker_readers import wandb_history
 
@@ -133,6 +134,7 @@ def test_wandb_writes_an_offline_run_whose_history_reads_back(monkeypatch, tmp_p
     tracking.log({"critic/score/mean": 0.25, "val-core/arith/acc/mean@4": 0.5}, step=1)
     tracking.log({"critic/score/mean": 0.75}, step=2)
     tracking.finish()
+    assert "logger 'wandb'" not in caplog.text  # it neither failed to start nor failed later
     (run_folder,) = (tmp_path / "wandb").glob("offline-run-*")
     rows = wandb_history(run_folder)
     assert [(row["_step"], row["critic/score/mean"]) for row in rows] == [(1, 0.25), (2, 0.75)]
