@@ -146,4 +146,5 @@ def _plot(axis, rows: Sequence[CurvePoint], series: list[tuple[str, str]], name:
     axis.set_title(name)
     axis.set_xlabel("step")
     axis.grid(alpha=0.3)
-    axis.legend()
+    if axis.lines:  # a phase that did not run (e.g. --grpo-steps 0) has an empty panel, without a legend
+        axis.legend()

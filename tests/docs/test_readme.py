@@ -150,3 +150,15 @@ def test_the_tiny_model_route_to_hyflow_train_runs(tmp_path, monkeypatch):
     subprocess.run([sys.executable, "-m", "hyflow", *with_overrides(train[1:], small)], check=True, timeout=500)
     assert (tmp_path / "logs" / "hyflow" / "default" / "metrics.jsonl").read_text().count('"step": 1') == 1
     assert not (tmp_path / "outputs").exists()
+
+
+def test_the_validation_metric_names_readme_gives_are_the_logged_ones():
+    from hyflow.trainer.validation import process_validation_metrics
+
+    text = " ".join(README.read_text().split())
+    assert "`val-core/<source>/acc/mean@N`" in text and "`val-core/<source>/reward/mean@N`" in text
+    sources, uids = ["gsm8k"] * 4, [0, 0, 1, 1]
+    with_acc = process_validation_metrics(sources, uids, {"reward": [1.0, 0.0, 1.0, 1.0], "acc": [1, 0, 1, 1]})
+    float_only = process_validation_metrics(sources, uids, {"reward": [0.5, 0.25, 1.0, 0.0]})
+    assert "val-core/gsm8k/acc/mean@2" in with_acc and "val-core/gsm8k/reward/mean@2" not in with_acc
+    assert "val-core/gsm8k/reward/mean@2" in float_only
