@@ -16,8 +16,8 @@ import logging
 import os
 from pathlib import Path
 
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
 
 logger = logging.getLogger(__name__)
 

@@ -40,8 +40,9 @@ class DAPORewardManager(NaiveRewardManager):
         overlong_buffer_len: int = 0,
         penalty_factor: float = 1.0,
         enable_overlong_buffer: bool = False,
+        **failure_settings: Any,
     ) -> None:
-        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key)
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **failure_settings)
         valid_buffer = max_response_length is not None and 0 < overlong_buffer_len <= max_response_length
         if enable_overlong_buffer and not valid_buffer:
             raise ValueError(
@@ -64,6 +65,7 @@ class DAPORewardManager(NaiveRewardManager):
             overlong_buffer_len=buffer.len,
             penalty_factor=buffer.penalty_factor,
             enable_overlong_buffer=buffer.enable,
+            **cls.failure_settings(config),
         )
 
     def score(self, batch: ScoringBatch) -> list[float | dict[str, Any]]:
