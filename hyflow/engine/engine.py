@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from hyflow.engine.block_manager import BlockManager
 from hyflow.engine.config import EngineConfig, SamplingParams
@@ -287,8 +288,10 @@ class LLMEngine:
         self,
         prompts: list[list[int]],
         params: SamplingParams | list[SamplingParams] | None = None,
+        progress: bool = False,
     ) -> list[RequestOutput]:
-        """Batch API: generates for every prompt and returns the outputs in prompt order."""
+        """Batch API: generates for every prompt and returns the outputs in prompt order (`progress`: a tqdm bar
+        of finished prompts on stderr, for long offline runs)."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; give one or one each")
@@ -302,9 +305,11 @@ class LLMEngine:
                 self.abort(request_id)
             raise
         results: dict[str, RequestOutput] = {}
-        while len(results) < len(ids):
-            for output in self.step():
-                results[output.request_id] = output
+        with tqdm(total=len(ids), desc="generating", unit="prompt", disable=not progress) as bar:
+            while len(results) < len(ids):
+                for output in self.step():
+                    results[output.request_id] = output
+                    bar.update(1)
         return [results[i] for i in ids]
 
     # ---- training integration -------------------------------------------------------------------------------

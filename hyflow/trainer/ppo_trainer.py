@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hyflow import fields as F
 from hyflow.algorithms import get_kl_controller
@@ -172,17 +173,18 @@ class PPOTrainer:
             logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
             return metrics
         progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
-        for epoch, batch, timing, started in self._training_batches():
-            self.global_step += 1
-            batch, metrics = self.train_step(batch, timing)
-            metrics.update(self._validate_if_due(timing))
-            timing["step"] = time.perf_counter() - started
-            metrics.update(self._step_metrics(batch, timing, epoch))
-            self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
-            self._save_if_due()
-            progress.update(1)
-            if self.global_step >= self.total_training_steps:
-                break
+        with logging_redirect_tqdm():  # log lines, like the console table, print above the bar, never onto it
+            for epoch, batch, timing, started in self._training_batches():
+                self.global_step += 1
+                batch, metrics = self.train_step(batch, timing)
+                metrics.update(self._validate_if_due(timing))
+                timing["step"] = time.perf_counter() - started
+                metrics.update(self._step_metrics(batch, timing, epoch))
+                self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
+                self._save_if_due()
+                progress.update(1)
+                if self.global_step >= self.total_training_steps:
+                    break
         progress.close()
         return metrics
 
