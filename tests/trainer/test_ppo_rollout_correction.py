@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.trainer.ppo_testkit import actor_parameters, build_assets_with_reward, train
+from hyflow.trainer.ppo_trainer import PPOTrainer
+from tests.trainer.ppo_testkit import actor_parameters, build_assets_with_reward, read_metrics, tiny_config, train
 
 KEY = "algorithm.rollout_correction"
 LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=True"
@@ -45,3 +46,34 @@ def test_bypass_mode_with_reinforce_skips_the_old_log_prob_pass_and_trains(asset
     assert metrics["actor/rollout_corr/is_weight_mean"] == pytest.approx(1.0, abs=1e-2)
     after = actor_parameters(trainer)
     assert any(not torch.equal(before[name], after[name]) for name in before)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bypass_mode_settings_reach_the_loss_on_two_ray_workers(assets, tmp_path):
+    ray = pytest.importorskip("ray")
+    was_running = ray.is_initialized()
+    bypass = [f"{KEY}.bypass_mode=True", f"{KEY}.loss_type=reinforce", f"{KEY}.rollout_is=token"]
+    config = tiny_config(
+        assets,
+        tmp_path,
+        f"custom_reward_function.path={assets['reward']}",
+        "trainer.backend=ray",
+        "trainer.n_gpus_per_node=2",
+        "trainer.ray_init.num_cpus=2",
+        "trainer.total_training_steps=1",
+        LOG_PROBS,
+        *bypass,
+    )
+    trainer = PPOTrainer(config)
+    try:
+        trainer.init_workers()
+        trainer.fit()
+    finally:
+        trainer.close()
+        if not was_running and ray.is_initialized():
+            ray.shutdown()
+    (step,) = read_metrics(trainer.tracking.log_dir)
+    assert "timing_s/old_log_prob" not in step["data"]
+    assert step["data"]["actor/rollout_corr/is_weight_mean"] == pytest.approx(1.0, abs=1e-2)
