@@ -116,10 +116,12 @@ class DataParallelPPOActor:
 
         Without `old_log_probs` in the batch (the trainer skipped their pass: one optimizer step per batch, see
         `update_policy`), the old policy is the current one: old_log_prob = log_prob.detach(), ratio 1, and the
-        entropy metric, which that pass would have reported, comes from this forward."""
+        entropy metric, which that pass would have reported, comes from this forward (as in rollout correction's
+        bypass mode, whose old log-probs are the engine's)."""
         config = self.config
         on_policy = F.OLD_LOG_PROBS not in micro.keys()  # noqa: SIM118 (TensorDict membership)
-        compute_entropy = config.entropy_coeff != 0 or on_policy
+        skipped_pass = on_policy or F.ROLLOUT_CORRECTION in loss_kwargs  # bypass mode skips the pass too
+        compute_entropy = config.entropy_coeff != 0 or skipped_pass
         log_prob, entropy = self._forward(micro, packed, temperature, compute_entropy)
         mask = micro[F.RESPONSE_MASK].to(log_prob.dtype)
         wanted = (F.ROLLOUT_LOG_PROBS, F.ROLLOUT_IS_WEIGHTS, *config.policy_loss.extra_batch_keys)
