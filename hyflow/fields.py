@@ -51,6 +51,7 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | turn_scores        | list[float] | the interaction's reward for each user turn of an agent episode         |
 | tool_rewards       | list[float] | the reward each executed tool call returned                             |
 | tool_scores        | dict        | tool name -> that tool's `calc_reward` score for the whole episode      |
+| agent_reward       | float/None  | the reward an `openai_agent` function returned (None: it returned none) |
 
 Meta fields (`DataProto.meta_info`, one value for the whole batch):
 
@@ -70,6 +71,7 @@ Meta fields (`DataProto.meta_info`, one value for the whole batch):
 | metrics          | dict      | metrics a worker returns to the controller                                |
 | timing           | dict      | seconds a worker spent in each stage                                      |
 | rollout_correction | dataclass | `algorithm.rollout_correction` (bypass mode), read by the `reinforce_is` loss |
+| reward_extra_keys | list[str] | the non-tensor columns a reward manager added (its extras and flags)     |
 """
 
 import difflib
@@ -127,6 +129,7 @@ FINISH_REASON = "finish_reason"
 TURN_SCORES = "turn_scores"
 TOOL_REWARDS = "tool_rewards"
 TOOL_SCORES = "tool_scores"
+AGENT_REWARD = "agent_reward"
 
 # ---- meta fields (DataProto.meta_info) ----
 TEMPERATURE = "temperature"
@@ -143,6 +146,7 @@ USE_DYNAMIC_BSZ = "use_dynamic_bsz"
 METRICS = "metrics"
 ROLLOUT_CORRECTION = "rollout_correction"
 TIMING = "timing"
+REWARD_EXTRA_KEYS = "reward_extra_keys"
 
 _TOKEN_F = "float32"
 _SPECS: tuple[FieldSpec, ...] = (
@@ -180,6 +184,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TURN_SCORES, "(B,)", "list[float]", "non_tensor", "the interaction's reward for each user turn"),
     FieldSpec(TOOL_REWARDS, "(B,)", "list[float]", "non_tensor", "the reward each executed tool call returned"),
     FieldSpec(TOOL_SCORES, "(B,)", "dict", "non_tensor", "tool name -> that tool's score for the whole episode"),
+    FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "the reward an openai_agent function returned, or None"),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),
     FieldSpec(DO_SAMPLE, "", "bool", "meta", "sample (True) or decode greedily (False)"),
     FieldSpec(VALIDATE, "", "bool", "meta", "the batch is a validation batch"),
@@ -194,6 +199,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(METRICS, "", "dict", "meta", "metrics a worker returns to the controller"),
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
     FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),
+    FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
 )
 
 FIELDS: dict[str, FieldSpec] = {spec.name: spec for spec in _SPECS}

@@ -7,6 +7,7 @@
   (`policy_losses.py`: vanilla PPO with clip-higher and dual-clip, GSPO, GPG, CISPO, REINFORCE with truncated IS
   weights for rollout correction's bypass mode; `covariance_losses.py`:
   Clip-Cov, KL-Cov)
+- PF-PPO's resampling by reward (`pf_ppo.py`: `pf_ppo_sample_indices`)
 - `agg_loss` (token / sequence normalisation), `kl_penalty` and the KL controllers, `compute_value_loss`,
   `entropy_from_logits`, and the masked statistics they are built from.
 """

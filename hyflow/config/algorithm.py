@@ -68,6 +68,14 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class PFPPOConfig:
+    """PF-PPO's resampling of the batch by reward (`hyflow.algorithms.pf_ppo`)."""
+
+    reweight_method: Literal["pow", "max_min", "max_random"] = "pow"  # how a response's score becomes its weight
+    weight_pow: float = 2.0  # the exponent of |score| for reweight_method=pow
+
+
+@dataclass
 class AlgorithmConfig:
     """How rewards become advantages."""
 
@@ -81,3 +89,5 @@ class AlgorithmConfig:
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     # off-policy corrections for the engine's samples: TIS / MIS weights, bypass mode
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    use_pf_ppo: bool = False  # resample each batch by reward after the advantages (with adv_estimator=gae, as verl)
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)

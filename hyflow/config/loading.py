@@ -148,8 +148,14 @@ def register_with_hydra() -> None:
     `ppo_trainer` in Hydra's ConfigStore."""
     from hydra.core.config_store import ConfigStore
 
-    node = OmegaConf.create({**default_dict(), "hydra": {"help": _HELP}})
+    node = OmegaConf.create({"defaults": _HYDRA_DEFAULTS, **default_dict(), "hydra": {"help": _HELP, **_HYDRA_RUN}})
     ConfigStore.instance().store(name=CONFIG_NAME, node=node)
+
+
+# Hydra writes nothing to the working folder: no `outputs/<date>/<time>/` with a copy of the config and a log file
+# (hyflow's own loggers write under `logs/<project>/<experiment>`, checkpoints under `trainer.default_local_dir`).
+_HYDRA_DEFAULTS = ["_self_", {"override hydra/job_logging": "stdout"}]
+_HYDRA_RUN = {"run": {"dir": "."}, "output_subdir": None, "job": {"chdir": False}}
 
 
 _HELP = {
@@ -158,6 +164,7 @@ _HELP = {
     "config keys.\n\nUsage: hyflow train key=value ...\n  e.g. hyflow train data.train_files=train.parquet "
     "actor_rollout_ref.model.path=/models/qwen algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=5\n",
     "footer": "Every key is checked before any worker starts (unknown keys, types, choices, batch-size rules).\n"
-    "Print the resolved config with --cfg job; Hydra's own options: --hydra-help.",
-    "template": "${hydra.help.header}\n== Config (key: default) ==\n\n$CONFIG\n${hydra.help.footer}\n",
+    "Every key with its default: hyflow train --cfg job (add overrides to see their effect), or the reference,\n"
+    "docs/configuration.md. Hydra's own options: --hydra-help.",
+    "template": "${hydra.help.header}\n${hydra.help.footer}\n",
 }

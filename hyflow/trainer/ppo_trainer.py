@@ -13,8 +13,10 @@ The old_log_prob stage is skipped when the update is exactly on-policy (one opti
 else reading the old log-probs, `PPOTrainerConfig.recompute_old_log_prob`): the update then takes them from its
 own forward, and `timing_s/old_log_prob` is absent from the step's metrics.
 
-then validation every `trainer.test_freq` steps and a checkpoint every `trainer.save_freq` steps (and at the
-end). ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
+then validation every `trainer.test_freq` steps, the step's metrics line, and a checkpoint every
+`trainer.save_freq` steps (and at the end): the line is written before the checkpoint, so a run killed right after
+a save never lacks the metrics of the step it resumes after (the save's duration goes to the log, not the line).
+ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
 generates and scores more batches until enough groups with varying rewards are found (`_training_batches`).
 The controller holds no weights: the math here is the light, batch-level kind (`ppo_ops`, `metrics`).
 """
@@ -30,6 +32,7 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hyflow import fields as F
 from hyflow.algorithms import get_kl_controller
@@ -51,7 +54,7 @@ from hyflow.trainer.metrics import (
     timer,
 )
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups, check_placement
-from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask
+from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask, pf_ppo_resample
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.tracking import Tracking
 
@@ -101,6 +104,7 @@ class PPOTrainer:
         self.checkpoints = CheckpointManager(
             trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep
         )
+        self.checkpoints.ensure_writable()  # a bad default_local_dir fails now, not at the first save
         self.validator: Validator | None = None
         if config.data.val_files:
             val_loader = build_dataloader(self._dataset(config.data.val_files, "val"), config.data, train=False)
@@ -170,16 +174,18 @@ class PPOTrainer:
             logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
             return metrics
         progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
-        for epoch, batch, timing, started in self._training_batches():
-            self.global_step += 1
-            batch, metrics = self.train_step(batch, timing)
-            metrics.update(self._periodic(timing))
-            timing["step"] = time.perf_counter() - started
-            metrics.update(self._step_metrics(batch, timing, epoch))
-            self.tracking.log(metrics, step=self.global_step)
-            progress.update(1)
-            if self.global_step >= self.total_training_steps:
-                break
+        with logging_redirect_tqdm():  # log lines, like the console table, print above the bar, never onto it
+            for epoch, batch, timing, started in self._training_batches():
+                self.global_step += 1
+                batch, metrics = self.train_step(batch, timing)
+                metrics.update(self._validate_if_due(timing))
+                timing["step"] = time.perf_counter() - started
+                metrics.update(self._step_metrics(batch, timing, epoch))
+                self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
+                self._save_if_due()
+                progress.update(1)
+                if self.global_step >= self.total_training_steps:
+                    break
         progress.close()
         return metrics
 
@@ -306,9 +312,7 @@ class PPOTrainer:
             return
         with timer("reward_wait", timing):
             scores, extra_info = future.result()
-        batch.batch[F.TOKEN_LEVEL_SCORES] = scores
-        for key, values in extra_info.items():
-            batch.non_tensor_batch[key] = stages.object_array(values)
+        stages.store_reward(batch, scores, extra_info)
 
     def _old_log_probs(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
         output = self.workers.actor_rollout.compute_log_prob(batch)
@@ -325,7 +329,7 @@ class PPOTrainer:
             metrics.update({name: float(value) for name, value in kl_metrics.items()})
         else:
             batch.batch[F.TOKEN_LEVEL_REWARDS] = batch.batch[F.TOKEN_LEVEL_SCORES]
-        return compute_advantage(
+        batch = compute_advantage(
             batch,
             adv_estimator=algorithm.adv_estimator,
             gamma=algorithm.gamma,
@@ -334,21 +338,27 @@ class PPOTrainer:
             norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
             config=algorithm,
         )
+        if algorithm.use_pf_ppo and algorithm.adv_estimator == "gae":  # verl applies PF-PPO with GAE only
+            batch = pf_ppo_resample(batch, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
+        return batch
 
     # ---- after the update -------------------------------------------------------------------------------
-    def _periodic(self, timing: dict[str, float]) -> dict[str, float]:
-        """Validation every `test_freq` steps and a checkpoint every `save_freq` steps (both at the last step)."""
+    def _validate_if_due(self, timing: dict[str, float]) -> dict[str, float]:
+        """Validation metrics every `trainer.test_freq` steps and at the last step ({} otherwise)."""
         trainer, step = self.config.trainer, self.global_step
         last = step >= self.total_training_steps
-        metrics: dict[str, float] = {}
-        if self.validator is not None and trainer.test_freq > 0 and (last or step % trainer.test_freq == 0):
-            with timer("testing", timing):
-                metrics = self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
-        save_now = step % trainer.save_freq == 0 if trainer.save_freq > 0 else False
-        if save_now or last:
-            with timer("save_checkpoint", timing):
-                self.save_checkpoint()
-        return metrics
+        if self.validator is None or trainer.test_freq <= 0 or not (last or step % trainer.test_freq == 0):
+            return {}
+        with timer("testing", timing):
+            return self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
+
+    def _save_if_due(self) -> None:
+        """A checkpoint every `trainer.save_freq` steps and at the last step."""
+        trainer, step = self.config.trainer, self.global_step
+        if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or step >= self.total_training_steps:
+            started = time.perf_counter()
+            self.save_checkpoint()
+            logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)
 
     def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:
         metrics = {"training/global_step": float(self.global_step), "training/epoch": float(epoch)}
@@ -356,6 +366,7 @@ class PPOTrainer:
         if self.group_filter is not None:
             metrics.update(self.group_filter.last_metrics)
         metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
+        metrics.update(stages.reward_extra_metrics(batch))
         metrics.update(compute_timing_metrics(batch, timing))
         world_size = self.workers.world_size
         metrics.update(compute_throughput_metrics(batch, timing, n_devices=world_size))

@@ -19,6 +19,7 @@ weights, LoRA folded in, into the engine and wakes it; `trainer_mode` puts the e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -32,7 +33,8 @@ from hyflow.protocol import DataProto
 from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.checkpoint import CheckpointManager
-from hyflow.workers.fsdp import build_device_mesh, iter_full_state, move_optimizer_state, training_device
+from hyflow.workers.fsdp import build_device_mesh, move_optimizer_state, training_device
+from hyflow.workers.weight_sync import SyncStats, iter_bucketed_state
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +55,16 @@ class ActorRolloutRefWorker(Worker):
         self.lr_scheduler: Any = None
         self._weights_version = 0  # bumped by every actor update
         self._rollout_version = 0  # the actor weights the engine holds
+        self._sync_stats: SyncStats | None = None  # of the weight sync in the current generate call, if any
 
     # ---- building ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Join the process group, then load and shard the models of the roles this worker holds."""
-        self.init_distributed()
-        model_config = self.config.model
+        self.init_distributed(timeout_s=self.config.nccl_timeout)
+        model_config = builders.with_adapter_settings(self.config.model)  # LoRA settings of a saved adapter
+        if model_config is not self.config.model:
+            self.config = dataclasses.replace(self.config, model=model_config)
         builders.import_external_lib(model_config)
         path = builders.model_path(model_config, "actor_rollout_ref.model.path")
         self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model.tokenizer_path")
@@ -156,6 +161,7 @@ class ActorRolloutRefWorker(Worker):
         """Generate responses with the rollout engine, holding the actor's latest weights."""
         self._require(self.rollout, "generate_sequences", "rollout")
         start, captures = time.perf_counter(), self.rollout.cuda_graph_captures
+        self._sync_stats = None
         self.rollout_mode()
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the weight copies belong to rollout_mode's time
@@ -172,7 +178,12 @@ class ActorRolloutRefWorker(Worker):
         }
         output.meta_info[F.TIMING] = {f"gen/{name}": seconds for name, seconds in timing.items()}
         captured = self.rollout.cuda_graph_captures - captures  # > 0 after step 1: the KV cache moved (see speed.md)
-        output.meta_info.setdefault(F.METRICS, {})["rollout/cuda_graph_captures"] = captured
+        metrics = output.meta_info.setdefault(F.METRICS, {})
+        metrics["rollout/cuda_graph_captures"] = captured
+        if self._sync_stats is not None:  # this call synced the weights
+            metrics["rollout/weight_sync_s"] = self._sync_stats.seconds
+            metrics["rollout/weight_sync_gb"] = self._sync_stats.num_bytes / 1e9
+            metrics["rollout/weight_sync_buckets"] = self._sync_stats.num_buckets
         return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -192,7 +203,8 @@ class ActorRolloutRefWorker(Worker):
         self._require(self.rollout, "rollout_mode", "rollout")
         self.rollout.wake()
         if self.actor is not None and self._rollout_version != self._weights_version:
-            self.rollout.load_weights(self.actor_weights())
+            self._sync_stats = SyncStats()
+            self.rollout.load_weights(self.actor_weights(self._sync_stats))
             self._rollout_version = self._weights_version
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -204,11 +216,13 @@ class ActorRolloutRefWorker(Worker):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def actor_weights(self):
-        """The actor's weights under Hugging Face names, LoRA folded in, gathered one tensor at a time."""
+    def actor_weights(self, stats: SyncStats | None = None):
+        """The actor's weights under Hugging Face names, LoRA folded in, gathered from the FSDP2 shards in buckets
+        of `rollout.update_weights_bucket_megabytes` (`stats` counts what moved)."""
         model_config = self.config.model
         scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
-        return merged_hf_weights(iter_full_state(self.actor.module), scaling)
+        bucket_bytes = self.config.rollout.update_weights_bucket_megabytes << 20
+        return merged_hf_weights(iter_bucketed_state(self.actor.module, bucket_bytes, stats), scaling)
 
     # ---- checkpoints ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

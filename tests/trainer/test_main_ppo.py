@@ -38,12 +38,21 @@ def test_cfg_job_prints_the_composed_config_with_the_overrides(tmp_path):
 
 
 @pytest.mark.timeout(150)
-def test_hyflow_train_help_describes_the_command_and_lists_the_keys(tmp_path):
+def test_hyflow_train_help_is_a_short_usage_that_points_to_the_keys(tmp_path):
     result = _run(["-m", "hyflow", "train", "--help"], tmp_path)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("hyflow train (same as python -m hyflow.trainer.main_ppo)")
-    assert "adv_estimator: gae" in result.stdout
+    assert "hyflow train --cfg job" in result.stdout and "docs/configuration.md" in result.stdout
+    assert len(result.stdout.splitlines()) < 20
+
+
+@pytest.mark.timeout(150)
+def test_a_run_leaves_no_hydra_outputs_folder_in_the_working_folder(tmp_path):
+    result = _run(["-m", "hyflow", "train", "data.train_batch_size=abc"], tmp_path)
+
+    assert result.returncode == main_ppo.EXIT_BAD_CONFIG, result.stderr
+    assert not list(tmp_path.iterdir())  # Hydra ran (it composed the config) but wrote nothing here
 
 
 def test_an_unknown_key_on_the_command_line_stops_before_hydra_with_a_suggestion(capsys):

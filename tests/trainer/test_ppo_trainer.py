@@ -36,7 +36,8 @@ def test_grpo_on_the_local_backend_logs_every_stage_and_changes_the_actor(assets
                 "actor/entropy", "response_length/mean", "response_length/clip_ratio", "prompt_length/mean",
                 "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor",
                 "timing_s/step", "perf/throughput", "training/global_step", "timing_s/gen/rollout_mode",
-                "timing_s/gen/generate", "timing_s/gen/trainer_mode"]:  # fmt: skip
+                "timing_s/gen/generate", "timing_s/gen/trainer_mode", "reward/extra/acc/mean",
+                "reward/non_finite_count", "reward/error_count"]:  # fmt: skip
         assert key in metrics, key
     parts = sum(metrics[f"timing_s/gen/{phase}"] for phase in ("rollout_mode", "generate", "trainer_mode"))
     assert parts <= metrics["timing_s/gen"]  # the worker's phases lie within the controller's gen stage
@@ -56,6 +57,24 @@ def test_ppo_with_a_critic_trains_the_value_model_and_reports_values(assets, tmp
     assert "actor/pg_loss" in second and "timing_s/update_critic" in second
     assert (tmp_path / "ckpt" / "global_step_2" / "critic").is_dir()
     assert trainer.workers.critic is not None
+
+
+@pytest.mark.timeout(120)
+def test_pf_ppo_resamples_each_gae_batch_by_reward_before_the_update(assets, tmp_path, monkeypatch):
+    import hyflow.trainer.ppo_trainer as ppo_trainer_module
+
+    resampled, original = [], ppo_trainer_module.pf_ppo_resample
+
+    def recording_resample(batch, reweight_method, weight_pow):
+        out = original(batch, reweight_method, weight_pow)
+        resampled.append((len(batch), len(out), reweight_method))
+        return out
+
+    monkeypatch.setattr(ppo_trainer_module, "pf_ppo_resample", recording_resample)
+    steps, _, _ = train(assets, tmp_path, "algorithm.adv_estimator=gae", "algorithm.use_pf_ppo=True")
+
+    assert resampled == [(8, 8, "pow"), (8, 8, "pow")]  # 4 prompts x 2 samples per step, drawn with replacement
+    assert "actor/pg_loss" in steps[-1]["data"]
 
 
 @pytest.mark.timeout(120)
