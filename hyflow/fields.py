@@ -21,6 +21,7 @@ Tensor fields (`DataProto.batch`):
 | old_log_probs       | (B, R) | float32 | log-prob of each response token under the actor before the update      |
 | ref_log_prob        | (B, R) | float32 | log-prob of each response token under the reference policy             |
 | rollout_log_probs   | (B, R) | float32 | log-prob the generation engine reported when it sampled the token      |
+| rollout_is_weights  | (B, R) | float32 | truncated IS weight π_old/π_rollout per token (0 on padding), detached |
 | entropys            | (B, R) | float32 | entropy of the actor's next-token distribution at each position        |
 | values              | (B, R) | float32 | critic's value estimate at each response position                      |
 | rm_scores           | (B, R) | float32 | reward-model score, placed on the last valid response token            |
@@ -69,6 +70,7 @@ Meta fields (`DataProto.meta_info`, one value for the whole batch):
 | use_dynamic_bsz  | bool      | cut micro-batches by token budget instead of by row count                 |
 | metrics          | dict      | metrics a worker returns to the controller                                |
 | timing           | dict      | seconds a worker spent in each stage                                      |
+| rollout_correction | dataclass | `algorithm.rollout_correction` (bypass mode), read by the `reinforce_is` loss |
 | reward_extra_keys | list[str] | the non-tensor columns a reward manager added (its extras and flags)     |
 """
 
@@ -100,6 +102,7 @@ RESPONSE_MASK = "response_mask"
 OLD_LOG_PROBS = "old_log_probs"
 REF_LOG_PROB = "ref_log_prob"
 ROLLOUT_LOG_PROBS = "rollout_log_probs"
+ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 ENTROPYS = "entropys"
 VALUES = "values"
 RM_SCORES = "rm_scores"
@@ -141,6 +144,7 @@ MICRO_BATCH_SIZE = "micro_batch_size"
 MAX_TOKEN_LEN = "max_token_len"
 USE_DYNAMIC_BSZ = "use_dynamic_bsz"
 METRICS = "metrics"
+ROLLOUT_CORRECTION = "rollout_correction"
 TIMING = "timing"
 REWARD_EXTRA_KEYS = "reward_extra_keys"
 
@@ -155,6 +159,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(OLD_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob of each token under the actor before the update"),
     FieldSpec(REF_LOG_PROB, "(B, R)", _TOKEN_F, "tensor", "log-prob of each response token under the reference policy"),
     FieldSpec(ROLLOUT_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob the generation engine reported at sampling"),
+    FieldSpec(ROLLOUT_IS_WEIGHTS, "(B, R)", _TOKEN_F, "tensor", "truncated IS weight π_old/π_rollout the loss applies"),
     FieldSpec(ENTROPYS, "(B, R)", _TOKEN_F, "tensor", "entropy of the actor's next-token distribution"),
     FieldSpec(VALUES, "(B, R)", _TOKEN_F, "tensor", "critic's value estimate at each response position"),
     FieldSpec(RM_SCORES, "(B, R)", _TOKEN_F, "tensor", "reward-model score on the last valid response token"),
@@ -193,6 +198,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(USE_DYNAMIC_BSZ, "", "bool", "meta", "cut micro-batches by token budget instead of row count"),
     FieldSpec(METRICS, "", "dict", "meta", "metrics a worker returns to the controller"),
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
+    FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),
     FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
 )
 

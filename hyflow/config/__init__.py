@@ -17,7 +17,7 @@ from hyflow.config.actor_rollout_ref import (
     RolloutConfig,
     SamplingConfig,
 )
-from hyflow.config.algorithm import AlgorithmConfig, FilterGroupsConfig, KLControlConfig
+from hyflow.config.algorithm import AlgorithmConfig, FilterGroupsConfig, KLControlConfig, RolloutCorrectionConfig
 from hyflow.config.common import (
     CheckpointConfig,
     FSDPConfig,
@@ -68,6 +68,7 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "RolloutCorrectionConfig",
     "SFTConfig",
     "SamplingConfig",
     "TrainerConfig",

@@ -13,6 +13,7 @@ and returns every broken rule as one message each. The rules, with the reason fo
 - algorithm: group estimators (GRPO, RLOO, ...) compare the `rollout.n` samples of a prompt, so need n > 1; `gae`
   needs a critic; the estimator and policy loss are registered names; KL as a loss and in the reward at once
   is allowed with a warning (verl does the same; it is usually a mistake).
+- off-policy corrections (`algorithm.rollout_correction`): see `config/rollout_correction.py`.
 - ranges: counts positive, probabilities in (0, 1], the dual-clip bound above 1, ...
 """
 
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from hyflow.config.algorithm import GROUP_ADV_ESTIMATORS
 from hyflow.config.convert import fill_inherited, get_by_path
 from hyflow.config.ppo_trainer import PPOTrainerConfig
+from hyflow.config.rollout_correction import check_rollout_correction
 from hyflow.config.sequence_parallel import fold_sequence_parallel
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ def finalize(config: PPOTrainerConfig) -> list[str]:
     if not problems:
         problems += _check_batch_sizes(config)
     problems += _check_algorithm(config)
+    problems += check_rollout_correction(config)
     problems += _check_cluster_and_files(config)
     _warn_on_doubtful_combinations(config)
     return problems

@@ -197,7 +197,10 @@ UNSUPPORTED: dict[str, str] = {
     "data.gen_batch_size": "a generation batch larger than the training batch",
     "data.tool_config_path": "tool schemas in the dataset's prompts",
     "data.function_tool_path": "tool schemas in the dataset's prompts",
-    "algorithm.rollout_correction": "verl's rollout-correction importance and rejection sampling",
+    "algorithm.rollout_correction.rollout_rs_threshold_lower": "verl's older separate lower rejection bound (give "
+    "k1 bounds as 'lower_upper' in rollout_rs_threshold)",
+    "algorithm.rollout_correction.rollout_token_veto_threshold": "verl's older token veto (use rollout_rs=token_k1 "
+    "with a lower bound)",
     "algorithm.filter_groups.max_inflight_gen_batches": "overlapping generation batches for group filtering",
     "distillation": "distillation from teacher models",
     "reward_model.enable_resource_pool": "a resource pool for the reward model separate from training",

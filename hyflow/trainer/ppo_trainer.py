@@ -5,8 +5,9 @@
 
 One step (`train_step`), each stage timed (`timing_s/<stage>`):
 
-    prompts ─ uid per prompt, repeat rollout.n ─ gen (engine or agent loop) ─ reward ─ old_log_prob ─ ref
-      ─ values ─ KL in reward (or scores as rewards) ─ adv ─ update_critic ─ update_actor ─ metrics
+    prompts ─ uid per prompt, repeat rollout.n ─ gen (engine or agent loop) ─ reward ─ old_log_prob
+      ─ rollout_correction ─ ref ─ values ─ KL in reward (or scores as rewards) ─ adv ─ update_critic
+      ─ update_actor ─ metrics
 
 The old_log_prob stage is skipped when the update is exactly on-policy (one optimizer step per batch and nothing
 else reading the old log-probs, `PPOTrainerConfig.recompute_old_log_prob`): the update then takes them from its
@@ -40,7 +41,7 @@ from hyflow.data.dataset import RLHFDataset
 from hyflow.data.sampler import build_dataloader
 from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
-from hyflow.trainer import stages
+from hyflow.trainer import off_policy, stages
 from hyflow.trainer.balance import balance_batch
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, CheckpointManager, restore_rng_state
 from hyflow.trainer.dynamic_sampling import GroupFilter
@@ -267,6 +268,8 @@ class PPOTrainer:
             with timer("old_log_prob", timing):
                 batch = self._old_log_probs(batch, metrics)
         batch = stages.drop_rollout_log_probs(batch, keep=config.actor_rollout_ref.rollout.calculate_log_probs)
+        batch, correction_metrics = off_policy.correct(batch, config.algorithm.rollout_correction)
+        metrics.update(correction_metrics)  # rollout_corr/* (decoupled mode)
         if config.use_reference_policy:
             with timer("ref", timing):
                 batch = batch.union(self.workers.actor_rollout.compute_ref_log_prob(batch))

@@ -20,6 +20,10 @@ optimizer step (`actor_rollout_ref.actor.recompute_old_log_prob`), so the weight
 that generated the batch; the loss uses old_log_prob = log_prob.detach() (ratio 1, the same gradient) and the
 update reports the entropy that the skipped pass would have.
 
+Off-policy corrections (`algorithm.rollout_correction`) reach the loss as keywords: the batch's
+`rollout_is_weights` (decoupled mode; every built-in loss multiplies its per-token loss by them) and the
+meta_info's `rollout_correction` settings (bypass mode, for the `reinforce_is` loss).
+
 Each micro-batch is cut on the host to the columns that hold tokens (`trim_padding`) and copied to the device
 through pinned memory; fixed-size micro-batches take rows longest first, so they cut well.
 """
@@ -101,19 +105,26 @@ class DataParallelPPOActor:
         return log_probs, entropys
 
     def _micro_batch_loss(
-        self, micro: TensorDict, packed: PackedRows | None, agg_kwargs: dict[str, Any], temperature: float
+        self,
+        micro: TensorDict,
+        packed: PackedRows | None,
+        agg_kwargs: dict[str, Any],
+        temperature: float,
+        loss_kwargs: dict[str, Any],
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean).
 
         Without `old_log_probs` in the batch (the trainer skipped their pass: one optimizer step per batch, see
         `update_policy`), the old policy is the current one: old_log_prob = log_prob.detach(), ratio 1, and the
-        entropy metric, which that pass would have reported, comes from this forward."""
+        entropy metric, which that pass would have reported, comes from this forward (as in rollout correction's
+        bypass mode, whose old log-probs are the engine's)."""
         config = self.config
         on_policy = F.OLD_LOG_PROBS not in micro.keys()  # noqa: SIM118 (TensorDict membership)
-        compute_entropy = config.entropy_coeff != 0 or on_policy
+        skipped_pass = on_policy or F.ROLLOUT_CORRECTION in loss_kwargs  # bypass mode skips the pass too
+        compute_entropy = config.entropy_coeff != 0 or skipped_pass
         log_prob, entropy = self._forward(micro, packed, temperature, compute_entropy)
         mask = micro[F.RESPONSE_MASK].to(log_prob.dtype)
-        wanted = (F.ROLLOUT_LOG_PROBS, *config.policy_loss.extra_batch_keys)
+        wanted = (F.ROLLOUT_LOG_PROBS, F.ROLLOUT_IS_WEIGHTS, *config.policy_loss.extra_batch_keys)
         extra = {key: micro[key] for key in wanted if key in micro}
         pg_loss, pg_metrics = self.policy_loss_fn(
             log_prob.detach() if on_policy else micro[F.OLD_LOG_PROBS],
@@ -124,6 +135,7 @@ class DataParallelPPOActor:
             config,
             **agg_kwargs,
             **extra,
+            **loss_kwargs,
         )
         dp_size = agg_kwargs["dp_size"]
         token_share = mask.sum() / agg_kwargs["global_num_tokens"].clamp_min(1)  # this micro-batch's token weight
@@ -153,6 +165,8 @@ class DataParallelPPOActor:
             keys.append(F.REF_LOG_PROB)
         if F.ROLLOUT_LOG_PROBS in data.batch:
             keys.append(F.ROLLOUT_LOG_PROBS)
+        if F.ROLLOUT_IS_WEIGHTS in data.batch:
+            keys.append(F.ROLLOUT_IS_WEIGHTS)
         for key in self.config.policy_loss.extra_batch_keys:
             if key not in data.batch.keys():  # noqa: SIM118 (TensorDict membership)
                 raise ValueError(
@@ -184,6 +198,8 @@ class DataParallelPPOActor:
         if self.optimizer is None:
             raise ValueError("DataParallelPPOActor.update_policy needs an optimizer (this actor was built without).")
         temperature = data.meta_info.get(F.TEMPERATURE, 1.0)
+        # rollout correction's bypass-mode settings, for the reinforce_is loss
+        loss_kwargs = {key: data.meta_info[key] for key in (F.ROLLOUT_CORRECTION,) if key in data.meta_info}
         batch = data.batch.select(*self._update_keys(data))
         self.module.train()
         metrics = run_ppo_epochs(
@@ -195,7 +211,9 @@ class DataParallelPPOActor:
             seed=self._num_updates,
             device=self.device,
             metric_prefix="actor",
-            micro_batch_loss=functools.partial(self._micro_batch_loss, temperature=temperature),
+            micro_batch_loss=functools.partial(
+                self._micro_batch_loss, temperature=temperature, loss_kwargs=loss_kwargs
+            ),
         )
         self._num_updates += 1
         return metrics
