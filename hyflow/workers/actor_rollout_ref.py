@@ -176,12 +176,13 @@ class ActorRolloutRefWorker(Worker):
             "generate": generated - woke,
             "trainer_mode": time.perf_counter() - generated,
         }
+        if self._sync_stats is not None:  # this call synced the weights (part of rollout_mode)
+            timing["weight_sync"] = self._sync_stats.seconds
         output.meta_info[F.TIMING] = {f"gen/{name}": seconds for name, seconds in timing.items()}
         captured = self.rollout.cuda_graph_captures - captures  # > 0 after step 1: the KV cache moved (see speed.md)
         metrics = output.meta_info.setdefault(F.METRICS, {})
         metrics["rollout/cuda_graph_captures"] = captured
-        if self._sync_stats is not None:  # this call synced the weights
-            metrics["rollout/weight_sync_s"] = self._sync_stats.seconds
+        if self._sync_stats is not None:
             metrics["rollout/weight_sync_gb"] = self._sync_stats.num_bytes / 1e9
             metrics["rollout/weight_sync_buckets"] = self._sync_stats.num_buckets
         return output

@@ -127,6 +127,7 @@ def test_generation_uses_the_updated_actor_weights(tiny_model_path, ppo_batch):
     torch.testing.assert_close(recomputed[mask], generated.batch[F.ROLLOUT_LOG_PROBS][mask], rtol=1e-3, atol=1e-3)
     (synced,) = generated.meta_info[F.METRICS]["rollout/weight_sync_gb"]  # one rank
     assert synced > 0 and generated.meta_info[F.METRICS]["rollout/weight_sync_buckets"] == [0]  # one rank: no gather
+    assert generated.meta_info[F.TIMING]["gen/weight_sync"] > 0
     again = group.generate_sequences(prompts)  # no update since: the engine holds the weights already
     assert "rollout/weight_sync_gb" not in again.meta_info[F.METRICS]
 
