@@ -22,7 +22,7 @@ from typing import Any
 import torch.distributed as dist
 
 from hyflow.config import PPOTrainerConfig
-from hyflow.config.validation import data_parallel_size
+from hyflow.config.checks import data_parallel_size
 from hyflow.controller import ClassWithInitArgs, LocalWorkerGroup, WorkerGroup, create_colocated_worker_cls
 from hyflow.controller.worker_group import ROLE_SEPARATOR
 
@@ -32,7 +32,6 @@ __all__ = [
     "REWARD_MODEL",
     "WorkerGroups",
     "build_worker_groups",
-    "check_placement",
     "role_classes",
 ]
 
@@ -81,23 +80,6 @@ class WorkerGroups:
                 self._pool.remove()
         elif self.backend == "local" and self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def check_placement(config: PPOTrainerConfig, has_validation: bool) -> None:
-    """ValueError for settings this placement cannot run, before any worker starts."""
-    trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
-    if trainer.val_only and not has_validation:
-        raise ValueError(
-            "trainer.val_only=True validates without training, but data.val_files is not set. "
-            "Fix: set data.val_files, or trainer.val_only=False."
-        )
-    if not rollout.multi_turn.enable:
-        return
-    if not config.data.return_raw_chat:
-        raise ValueError(
-            "actor_rollout_ref.rollout.multi_turn.enable=True: agent loops read the chat messages, so "
-            "data.return_raw_chat must be True (it is False). Fix: set data.return_raw_chat=True."
-        )
 
 
 def role_classes(config: PPOTrainerConfig) -> dict[str, ClassWithInitArgs]:

@@ -91,8 +91,8 @@ class SFTTrainer:
         torch.manual_seed(config.trainer.seed)
         model_config = config.model
         builders.import_external_lib(model_config)
-        path = builders.model_path(model_config, "model.path")
-        self.tokenizer = builders.tokenizer_for(model_config, path, "model.tokenizer_path")
+        path = builders.model_path(model_config, "model")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "model")
         if model_config.custom_chat_template:
             self.tokenizer.chat_template = model_config.custom_chat_template
         self._build_data()

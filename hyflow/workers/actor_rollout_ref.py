@@ -61,8 +61,8 @@ class ActorRolloutRefWorker(Worker):
         self.init_distributed()
         model_config = self.config.model
         builders.import_external_lib(model_config)
-        path = builders.model_path(model_config, "actor_rollout_ref.model.path")
-        self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model.tokenizer_path")
+        path = builders.model_path(model_config, "actor_rollout_ref.model")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model")
         mesh = build_device_mesh()
         if self.has_actor:
             self._init_actor(path, mesh)

@@ -42,8 +42,8 @@ class CriticWorker(Worker):
         config = builders.with_per_gpu_micro_batch(self.config, self.world_size)
         model_config = config.model
         builders.import_external_lib(model_config)
-        path = builders.model_path(model_config, "critic.model.path")
-        self.tokenizer = builders.tokenizer_for(model_config, path, "critic.model.tokenizer_path")
+        path = builders.model_path(model_config, "critic.model")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "critic.model")
         fsdp_config = model_config.fsdp_config
         dtype = to_dtype(fsdp_config.model_dtype, "critic.model.fsdp_config.model_dtype")
         model = load_value_model(path, dtype, model_config.override_config, model_config.trust_remote_code)
