@@ -49,7 +49,7 @@ from hyflow.trainer.metrics import (
     reduce_metrics,
     timer,
 )
-from hyflow.trainer.placement import WorkerGroups, build_worker_groups, check_placement
+from hyflow.trainer.placement import WorkerGroups, build_worker_groups
 from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.tracking import Tracking
@@ -69,6 +69,16 @@ def run(config: PPOTrainerConfig) -> dict[str, float]:
         trainer.close()
 
 
+def _tokenizer_sources(config: PPOTrainerConfig) -> list[tuple[str, str | None]]:
+    """Where the trainer's tokenizer comes from, first set wins, with the key each path came from."""
+    model = config.actor_rollout_ref.model
+    return [
+        ("data.tokenizer", config.data.tokenizer),
+        ("actor_rollout_ref.model.tokenizer_path", model.tokenizer_path),
+        ("actor_rollout_ref.model.path", model.path),
+    ]
+
+
 class PPOTrainer:
     """Builds data, rewards and trackers from the config (checking them before any worker starts), then drives
     the worker groups. `fit()` returns the metrics of the last step (validation included)."""
@@ -78,13 +88,16 @@ class PPOTrainer:
 
         self.config = config
         model = config.actor_rollout_ref.model
-        tokenizer_path = config.data.tokenizer or model.tokenizer_path or model.path
+        key, tokenizer_path = next(
+            ((key, path) for key, path in _tokenizer_sources(config) if path is not None), ("", None)
+        )
         if tokenizer is None and tokenizer_path is None:
             raise ValueError(
-                "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder "
-                "(or run `hyflow demo`, which builds a tiny model and trains it)."
+                "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder (or leave out both "
+                "the model and data.train_files for the embedded default, which builds a tiny model and trains it)."
             )
-        self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=model.trust_remote_code)
+        trust = model.trust_remote_code
+        self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=trust, key=key)
         self.train_loader = build_dataloader(self._dataset(config.data.train_files, "train"), config.data, train=True)
         self.total_training_steps = self._total_training_steps()
         config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
@@ -105,7 +118,6 @@ class PPOTrainer:
             val_loader = build_dataloader(self._dataset(config.data.val_files, "val"), config.data, train=False)
             val_reward_fn = load_reward_manager(config, self.tokenizer, num_examine=1)
             self.validator = Validator(config, self.tokenizer, val_loader, val_reward_fn)
-        check_placement(config, has_validation=self.validator is not None)
         self.workers: WorkerGroups | None = None
         self.agent_manager: Any = None
         self.tracking: Tracking | None = None
@@ -333,15 +345,15 @@ class PPOTrainer:
 
     # ---- after the update -------------------------------------------------------------------------------
     def _periodic(self, timing: dict[str, float]) -> dict[str, float]:
-        """Validation every `test_freq` steps and a checkpoint every `save_freq` steps (both at the last step)."""
+        """Validation every `test_freq` steps, a checkpoint every `save_freq` steps (both also at the last step;
+        -1 turns either off, as in verl)."""
         trainer, step = self.config.trainer, self.global_step
         last = step >= self.total_training_steps
         metrics: dict[str, float] = {}
         if self.validator is not None and trainer.test_freq > 0 and (last or step % trainer.test_freq == 0):
             with timer("testing", timing):
                 metrics = self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
-        save_now = step % trainer.save_freq == 0 if trainer.save_freq > 0 else False
-        if save_now or last:
+        if trainer.save_freq > 0 and (last or step % trainer.save_freq == 0):
             with timer("save_checkpoint", timing):
                 self.save_checkpoint()
         return metrics
