@@ -4,7 +4,8 @@ names neither `actor_rollout_ref.model.path` nor `data.train_files`.
 It is `hyflow demo`'s GRPO phase (`hyflow.demo`): the demo's tiny model, SFT-trained on the synthetic arithmetic
 task so that it is partly right, then GRPO on that task with the demo's settings (`hyflow.demo.grpo_overrides`),
 logged to the console. The model and data are built once, on first use, under `$HYFLOW_HOME/embedded_default`
-(`~/.cache/hyflow/embedded_default` by default; about a minute or two of SFT on a laptop CPU) and reused afterwards.
+(`~/.cache/hyflow/embedded_default` by default; the first run spends the demo's SFT phase, a few minutes on a
+laptop CPU) and reused afterwards.
 Any other override on the command line applies on top (`hyflow train trainer.total_training_steps=5`).
 `--cfg job` builds nothing: before the first run it prints the paths where the model and data will be.
 """

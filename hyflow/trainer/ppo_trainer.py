@@ -285,7 +285,6 @@ class PPOTrainer:
             with timer("update_critic", timing):
                 metrics.update(reduce_metrics(self.workers.critic.update_critic(batch).meta_info[F.METRICS]))
         if self.global_step > config.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
-            batch.meta_info[F.TEMPERATURE] = config.actor_rollout_ref.rollout.temperature
             batch.meta_info[F.GLOBAL_STEPS] = self.global_step
             with timer("update_actor", timing):
                 metrics.update(reduce_metrics(self.workers.actor_rollout.update_actor(batch).meta_info[F.METRICS]))

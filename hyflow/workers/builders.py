@@ -5,7 +5,6 @@ critic workers so both build the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import os
@@ -111,16 +110,6 @@ def rows_per_rank(prompts: int, samples_per_prompt: int, world_size: int, key: s
             f"{world_size} ranks; choose {key} so that {key} × rollout.n is a multiple of the number of devices."
         )
     return rows // world_size
-
-
-def with_per_gpu_micro_batch(config: Any, world_size: int) -> Any:
-    """A copy of an actor / critic config whose `ppo_micro_batch_size_per_gpu` is filled from verl's deprecated
-    global `ppo_micro_batch_size` (divided by the number of ranks) when only that one is set."""
-    if config.ppo_micro_batch_size_per_gpu is None and config.ppo_micro_batch_size:
-        return dataclasses.replace(
-            config, ppo_micro_batch_size_per_gpu=max(1, config.ppo_micro_batch_size // world_size)
-        )
-    return config
 
 
 def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = None):
