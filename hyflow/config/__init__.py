@@ -1,4 +1,4 @@
-"""Typed, validated configuration with verl's key names.
+"""Typed configuration with verl's key names, checked when it loads.
 
     from hyflow.config import load_config
     config = load_config(["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "algorithm.adv_estimator=grpo"])

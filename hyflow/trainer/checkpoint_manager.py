@@ -13,7 +13,7 @@ A save runs: `path = manager.step_dir(step)` → the workers write their shards 
 (temporary file + `os.replace`), then the tracker, then prunes old checkpoints. A step folder counts as complete
 only once its `trainer_state.pt` exists, so a run killed at any moment resumes from the last complete step.
 
-    manager = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep,
+    manager = StepCheckpoints(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep,
                                 cfg.trainer.max_critic_ckpt_to_keep)
     state = manager.resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path)   # None: start from scratch
     if state is not None:
@@ -41,7 +41,7 @@ __all__ = [
     "RESUME_MODES",
     "TRACKER_FILE",
     "TRAINER_STATE_FILE",
-    "CheckpointManager",
+    "StepCheckpoints",
     "TrainerState",
     "find_latest_checkpoint",
     "global_step_of",
@@ -195,7 +195,7 @@ def restore_rng_state(rng_state: dict[str, Any]) -> None:
     torch.set_rng_state(rng_state["torch"])
 
 
-class CheckpointManager:
+class StepCheckpoints:
     """Step folders under `root`, the tracker, resuming and pruning (module docstring).
 
     `max_actor_ckpt_to_keep` / `max_critic_ckpt_to_keep`: how many of the newest `actor/` and `critic/` folders to

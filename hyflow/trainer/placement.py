@@ -1,6 +1,6 @@
 """Placement: which roles run, in which worker processes, on which devices; builds their worker groups.
 
-    groups = build_worker_groups(config)            # after hyflow.config validation
+    groups = build_worker_groups(config)            # config from hyflow.config.load_config (checked)
     groups.actor_rollout.generate_sequences(batch)  # actor + rollout (+ ref) in one process per device
     groups.critic.compute_values(batch)             # same processes (colocated), when there is a critic
     groups.shutdown()
@@ -64,10 +64,10 @@ class WorkerGroups:
     def rollout_servers(self) -> list[Any]:
         """One async generation server per rollout worker, for the agent loops: the engine in this process on the
         local backend, each worker's async `generate_request` reached through Ray on the Ray backend."""
-        from hyflow.agent.server import EngineServer, WorkerServer
+        from hyflow.agent.server import LocalEngineServer, WorkerServer
 
         if isinstance(self._fused, LocalWorkerGroup):
-            return [EngineServer(self.local_role(ACTOR_ROLLOUT).rollout)]
+            return [LocalEngineServer(self.local_role(ACTOR_ROLLOUT).rollout)]
         method = f"{ACTOR_ROLLOUT}{ROLE_SEPARATOR}generate_request"  # the colocated worker's forwarding method
         return [WorkerServer(handle, method) for handle in self._fused.workers]
 

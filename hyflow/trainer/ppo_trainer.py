@@ -39,7 +39,7 @@ from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import stages
 from hyflow.trainer.balance import balance_batch
-from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, CheckpointManager, restore_rng_state
+from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.flops import compute_mfu_metrics, device_peak_flops
 from hyflow.trainer.metrics import (
@@ -110,7 +110,7 @@ class PPOTrainer:
             rollout_n, prompts = config.actor_rollout_ref.rollout.n, config.data.train_batch_size
             self.group_filter = GroupFilter(filter_groups.metric, prompts, rollout_n, filter_groups.max_num_gen_batches)
         trainer = config.trainer
-        self.checkpoints = CheckpointManager(
+        self.checkpoints = StepCheckpoints(
             trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep
         )
         self.validator: Validator | None = None

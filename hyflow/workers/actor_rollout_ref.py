@@ -32,7 +32,7 @@ from hyflow.models.lora import merged_hf_weights
 from hyflow.protocol import DataProto
 from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
-from hyflow.workers.checkpoint import CheckpointManager
+from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.fsdp import build_device_mesh, iter_full_state, move_optimizer_state, training_device
 from hyflow.workers.micro_batch_loop import ForwardSettings
 
@@ -52,7 +52,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor: DataParallelPPOActor | None = None
         self.ref: DataParallelPPOActor | None = None
         self.rollout: Any = None
-        self.checkpoint_manager: CheckpointManager | None = None
+        self.checkpointer: ShardCheckpointer | None = None
         self.lr_scheduler: Any = None
         self._weights_version = 0  # bumped by every actor update
         self._rollout_version = 0  # the actor weights the engine holds
@@ -91,7 +91,7 @@ class ActorRolloutRefWorker(Worker):
         )
         self.actor = DataParallelPPOActor(actor_config, module, optimizer, mini_batch_size)
         checkpoint = actor_config.checkpoint
-        self.checkpoint_manager = CheckpointManager(
+        self.checkpointer = ShardCheckpointer(
             module, optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
         )
         self._hf_config = module.lm.config
@@ -223,13 +223,13 @@ class ActorRolloutRefWorker(Worker):
         self._require(self.actor, "save_checkpoint", "actor")
         info = {"kind": "policy", "global_step": global_step, "lora": builders.lora_info(self.config.model)}
         assets = builders.hf_assets_saver(self._hf_config, self.tokenizer, self._generation_config)
-        self.checkpoint_manager.save(local_path, info=info, hf_assets=assets)
+        self.checkpointer.save(local_path, info=info, hf_assets=assets)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> dict[str, Any]:
         """Restore the actor from `local_path`; the engine gets the restored weights on the next generation."""
         self._require(self.actor, "load_checkpoint", "actor")
-        info = self.checkpoint_manager.load(local_path)
+        info = self.checkpointer.load(local_path)
         self._weights_version += 1
         return info
 

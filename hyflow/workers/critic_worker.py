@@ -21,7 +21,7 @@ from hyflow.controller import Dispatch, Worker, register
 from hyflow.models.loader import load_value_model
 from hyflow.protocol import DataProto
 from hyflow.workers import builders
-from hyflow.workers.checkpoint import CheckpointManager
+from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.critic import DataParallelPPOCritic
 from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, move_optimizer_state, to_dtype, training_device
 from hyflow.workers.micro_batch_loop import ForwardSettings
@@ -61,7 +61,7 @@ class CriticWorker(Worker):
             config.ppo_mini_batch_size, self.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
         )
         self.critic = DataParallelPPOCritic(config, module, optimizer, mini_batch_size)
-        self.checkpoint_manager = CheckpointManager(
+        self.checkpointer = ShardCheckpointer(
             module, optimizer, self.lr_scheduler, config.checkpoint.save_contents, config.checkpoint.load_contents
         )
         self._hf_config = model.config
@@ -93,10 +93,10 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
         info = {"kind": "critic", "global_step": global_step, "lora": None}
-        self.checkpoint_manager.save(
+        self.checkpointer.save(
             local_path, info=info, hf_assets=builders.hf_assets_saver(self._hf_config, self.tokenizer)
         )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> dict[str, Any]:
-        return self.checkpoint_manager.load(local_path)
+        return self.checkpointer.load(local_path)
