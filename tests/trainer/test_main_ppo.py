@@ -132,3 +132,18 @@ def test_python_m_main_ppo_and_hyflow_train_are_the_same_entry(tmp_path):
         result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, check=False)
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith("hyflow train (same as python -m hyflow.trainer.main_ppo)")
+
+
+def test_hydra_settings_of_a_verl_script_are_ignored_with_a_notice_and_write_no_outputs_folder(launch, capsys, caplog):
+    with caplog.at_level(logging.WARNING):
+        code = main_ppo.main(["--cfg", "job", *launch, "hydra.run.dir=outputs/x", "hydra/job_logging=disabled"])
+
+    assert code == 0
+    assert "ignoring `hydra.run.dir=outputs/x`: hyflow reads the command line itself" in caplog.text
+    assert not list(Path.cwd().iterdir())
+
+
+def test_a_sweep_is_refused_with_the_fix(launch, capsys):
+    assert main_ppo.main([*launch, "actor_rollout_ref.actor.optim.lr=1e-6,1e-5"]) == main_ppo.EXIT_BAD_CONFIG
+
+    assert "is a sweep (several values); hyflow runs one config. Fix: run once per value." in capsys.readouterr().err
