@@ -52,7 +52,8 @@ def run_ppo(config: PPOTrainerConfig) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hyflow train", usage=USAGE, add_help=False)
+    usage = "hyflow train [--cfg job] [key=value ...]   (--help for more)"
+    parser = argparse.ArgumentParser(prog="hyflow train", usage=usage, add_help=False)
     parser.add_argument("-h", "--help", action="store_true")
     parser.add_argument("--cfg", choices=["job"], help="print the checked config and exit")
     parser.add_argument("--resolve", action="store_true", help="accepted for Hydra's habit: values are resolved")
