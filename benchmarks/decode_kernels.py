@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 import torch
 
-from hyflow.rollout import triton_kernels
-from hyflow.rollout.attention import AttentionMetadata, build_attention_mask, sdpa_paged_attention
-from hyflow.rollout.sampler import SamplingTensors, sample_torch
+from hyflow.engine import triton_kernels
+from hyflow.engine.attention import AttentionMetadata, build_attention_mask, sdpa_paged_attention
+from hyflow.engine.sampler import SamplingTensors, sample_torch
 
 HEADS, KV_HEADS, HEAD_DIM, VOCAB, BLOCK_SIZE = 14, 2, 64, 151936, 16
 SHAPES = {"c": (64, 64, 320), "a": (256, 256, 512)}  # name: (sequences, shortest context, longest context)

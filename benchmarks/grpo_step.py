@@ -1,8 +1,11 @@
-"""One GRPO step: hyflow's `PPOTrainer` (local backend) against TRL's `GRPOTrainer` (no vLLM), same run.
+"""One GRPO step: hyflow's `PPOTrainer` (local backend) against TRL's `GRPOTrainer`, with vLLM colocated and
+without it, same run.
 
     python benchmarks/grpo_step.py                # CUDA: Qwen2-0.5B shape, 8 prompts x 8 samples, 64 -> 256 tokens
     python benchmarks/grpo_step.py --tiny         # CPU: a tiny model and small shapes (a smoke test, ~15 s)
-    python benchmarks/grpo_step.py --only hyflow  # one side only (also: --only trl)
+    python benchmarks/grpo_step.py --only hyflow  # one side only (also: --only trl, --only trl-vllm)
+    python benchmarks/grpo_step.py --only hyflow,trl-vllm  # two sides
+    python benchmarks/grpo_step.py --shape 7b --master-dtype bf16 --micro-batch-size 8 --only hyflow,trl-vllm
     python benchmarks/grpo_step.py --backend ray --gpus 2   # hyflow alone on 2 Ray workers, one per GPU
 
 Both sides train the same random-weight model (saved once to a temp folder with a WordLevel tokenizer over the
@@ -22,15 +25,19 @@ micro-batch (hyflow: `--micro-batch-size`, default 64).
 
 hyflow runs `PPOTrainer.fit()` for `--steps` steps and reads each step's `timing_s/*` metrics from its `file`
 logger (the checkpoint it writes after the last step holds no model or optimizer state here, and its time is
-taken out of that step). TRL's side is in `grpo_step_trl.py`; its step times come from a callback around each
-optimizer step. TRL is skipped with a message when it is not installed (`pip install trl==1.16.0`).
+taken out of that step). TRL's sides are in `grpo_step_trl.py`; its step times come from a callback around each
+optimizer step. TRL's two sides: `trl` generates with `transformers.generate`, `trl-vllm` with vLLM colocated in
+the same process (`use_vllm=True, vllm_mode="colocate"`, TRL's defaults otherwise); it runs last, as the vLLM
+engine it starts stays in the process. A TRL side is skipped with a message when TRL (or, for `trl-vllm`, vLLM) is
+not importable (`pip install trl==1.16.0`; vLLM: ../shared/peers).
 
 With `--backend ray --gpus N` hyflow alone runs the same step on N Ray workers (one process per GPU, actor, rollout
 engine and reference colocated in each, FSDP2 over NCCL, the prompts split over the workers); its JSON goes to
 `$OUT/grpo_step_ray_<N>gpu.json`. Set beside a one-GPU run of the same shape to read the scaling.
 
-Printed: a table of step 1 (warm-up) and the mean of steps 2..N for both sides, hyflow's stages, the ratio
-TRL / hyflow, and one JSON line with all of it; the JSON is also written to `$OUT/grpo_step.json` when `$OUT` is set.
+Printed: a table of step 1 (warm-up) and the mean of steps 2..N for every side, hyflow's stages, the ratios
+TRL / hyflow and TRL+vLLM / hyflow, and one JSON line with all of it; the JSON is also written to
+`$OUT/grpo_step.json` when `$OUT` is set.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"]  # the last four ids of th
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"  # the prompt text, as is
 TRAINING = {"learning_rate": 1e-6, "weight_decay": 0.01}  # hyflow's AdamW defaults, given to TRL too
 STAGE_ORDER = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
+SIDES = {"hyflow": "hyflow", "trl": "TRL", "trl_vllm": "TRL+vLLM"}  # result key -> column; run in this order
 
 logger = logging.getLogger("grpo_step")
 
@@ -76,13 +84,22 @@ def trl_length_reward(completions: list[str], **kwargs: Any) -> list[float]:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny model and small shapes on CPU (smoke test)")
-    parser.add_argument("--only", choices=["hyflow", "trl"], default=None, help="run one side only")
+    parser.add_argument(
+        "--only", default=None, help="comma-separated sides to run, of hyflow, trl, trl-vllm (default: all three)"
+    )
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps per side; step 1 is reported as warm-up")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n / num_generations)")
     parser.add_argument("--prompt-length", type=int, default=64)
     parser.add_argument("--response-length", type=int, default=256)
-    parser.add_argument("--micro-batch-size", type=int, default=64, help="hyflow's update micro-batch (sequences)")
+    parser.add_argument("--shape", choices=["0.5b", "7b"], default="0.5b", help="the GPU model's shape")
+    parser.add_argument(
+        "--micro-batch-size", type=int, default=64, help="the update micro-batch of both sides (sequences)"
+    )
+    parser.add_argument(
+        "--master-dtype", choices=["fp32", "bf16"], default="fp32",
+        help="hyflow's master weights (bf16: as TRL trains; a 7B model's fp32 weights and AdamW state fill an H200)",
+    )  # fmt: skip
     parser.add_argument("--log-prob-micro-batch-size", type=int, default=64, help="hyflow's old-log-prob micro-batch")
     parser.add_argument(
         "--keep-kv-cache", action="store_true", help="rollout.free_cache_engine=False (the KV cache stays allocated)"
@@ -97,25 +114,31 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--gpus={args.gpus} needs --backend ray (the local backend runs one process)")
     if args.backend == "ray":
         args.only = "hyflow"  # TRL's side is one process; compare it with a one-GPU run
+    args.sides = [side.replace("-", "_") for side in (args.only or "hyflow,trl,trl-vllm").split(",")]
+    unknown = [side for side in args.sides if side not in SIDES]
+    if unknown:
+        parser.error(f"--only={args.only}: unknown side(s) {unknown}; choose from hyflow, trl, trl-vllm")
     if args.tiny:
         args.prompts, args.n, args.prompt_length, args.response_length = 4, 4, 16, 32
         args.micro_batch_size, args.log_prob_micro_batch_size = 8, 16
     if args.steps < 2:
         parser.error(f"--steps={args.steps}: need at least 2 (step 1 is warm-up, the mean is over steps 2..N)")
+    if (args.prompts * args.n) % args.micro_batch_size:
+        parser.error(
+            f"--micro-batch-size={args.micro_batch_size} must divide the {args.prompts * args.n} sequences of a step "
+            "(--prompts x --n): TRL accumulates whole micro-batches into its one optimizer step"
+        )
     return args
 
 
-def model_config(tiny: bool) -> Qwen2Config:
-    """Qwen2-0.5B's shape (494M parameters), or a ~100K-parameter model for `--tiny`; specials are the last ids."""
-    if tiny:
-        sizes = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
-    else:
-        sizes = dict(
-            vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14
-        )
-    vocab_size = sizes["vocab_size"]
+def model_config(shape: str) -> Qwen2Config:
+    """A shape of `shapes.SHAPES` (Qwen2-0.5B's by default; `tiny`: ~100K parameters); specials are the last ids."""
+    from shapes import SHAPES  # here, not at the top: hyflow loads this file by path for `compute_score`
+
+    sizes = {"rope_theta": 1000000.0, **SHAPES[shape]}
+    vocab_size = int(sizes["vocab_size"])
     config = Qwen2Config(
-        **sizes, num_key_value_heads=2, max_position_embeddings=4096, rope_theta=1000000.0, tie_word_embeddings=True,
+        **sizes, max_position_embeddings=4096,
         pad_token_id=vocab_size - 4, bos_token_id=vocab_size - 2, eos_token_id=vocab_size - 1,
     )  # fmt: skip
     config.architectures = ["Qwen2ForCausalLM"]
@@ -146,13 +169,19 @@ def build_assets(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     read as BPE encodes every prompt to nothing."""
     from hyflow.models.tiny import save_tokenizer
 
-    config = model_config(args.tiny)
+    config = model_config("tiny" if args.tiny else args.shape)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
+    device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
+    with torch.device(device):  # a 7B model's random init on the host takes minutes
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32 if args.tiny else torch.bfloat16)
     model_dir = root / "model"
-    model.to(torch.float32 if args.tiny else torch.bfloat16).save_pretrained(model_dir)
+    model.save_pretrained(model_dir)
     tokenizer_dir = root / "tokenizer"
-    save_tokenizer(build_tokenizer(config.vocab_size), tokenizer_dir)
+    tokenizer = build_tokenizer(config.vocab_size)
+    save_tokenizer(tokenizer, tokenizer_dir)
+    # A copy beside the weights for TRL's colocated vLLM, which loads its tokenizer from the model folder: it reads
+    # it as Qwen2Tokenizer too, which still turns ids into text, all vLLM does with it (prompts go in as ids).
+    save_tokenizer(tokenizer, model_dir)
     num_params = sum(p.numel() for p in model.parameters())
     del model
     rng = random.Random(0)
@@ -188,6 +217,7 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         f"actor_rollout_ref.model.path={assets['model']}",
         f"actor_rollout_ref.model.tokenizer_path={assets['tokenizer']}",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        f"actor_rollout_ref.actor.fsdp_config.model_dtype={args.master_dtype}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch_size}",
         f"actor_rollout_ref.actor.optim.lr={TRAINING['learning_rate']}",
@@ -308,7 +338,8 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
     steps = side["step_s"]
     mean = statistics.fmean(steps[1:])
     generated_tokens = args.prompts * args.n * args.response_length
-    summary = {"step_s": steps, "warmup_s": steps[0], "mean_s": mean, "generated_tokens_per_s": generated_tokens / mean}
+    summary = {"step_s": steps, "warmup_s": steps[0], "mean_s": mean, "min_s": min(steps[1:]), "max_s": max(steps[1:])}
+    summary["generated_tokens_per_s"] = generated_tokens / mean
     if "stages_s" in side:
         later = side["stages_s"][1:]
         names = {name for timing in later for name in timing if name != "step"}
@@ -322,73 +353,44 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
     return summary
 
 
-def print_table(result: dict[str, Any]) -> None:
-    """Step times, generated tokens/s and peak memory of both sides, hyflow's stages, and the ratio."""
-    hyflow, trl = result.get("hyflow"), result.get("trl")
-    shape = result["shape"]
-    where = f"{result['gpus']} x {result['device']} ({result['backend']} backend)"
-    print(f"\nGRPO step on {where}: {shape['num_params'] / 1e6:.1f}M params, {shape['prompts']} prompts x "
-          f"{shape['n']} samples, {shape['prompt_length']} -> {shape['response_length']} tokens")  # fmt: skip
-    print(f"{'':<28}{'hyflow':>12}{'TRL':>12}")
-
-    def cell(side: dict[str, Any] | None, key: str, unit: str = "s", digits: int = 2) -> str:
-        return f"{side[key]:>11.{digits}f}{unit}" if side and key in side else f"{'-':>12}"
-
-    print(f"{'step 1 (warm-up)':<28}{cell(hyflow, 'warmup_s')}{cell(trl, 'warmup_s')}")
-    mean_label = f"steps 2-{shape['steps']} mean"
-    print(f"{mean_label:<28}{cell(hyflow, 'mean_s')}{cell(trl, 'mean_s')}")
-    tokens = "generated tok/s"
-    print(f"{tokens:<28}{cell(hyflow, 'generated_tokens_per_s', ' ', 0)}{cell(trl, 'generated_tokens_per_s', ' ', 0)}")
-    if (hyflow or trl or {}).get("peak_memory_gib") is not None:
-        print(f"{'peak memory':<28}{cell(hyflow, 'peak_memory_gib', 'G', 1)}{cell(trl, 'peak_memory_gib', 'G', 1)}")
-    for name, seconds in (hyflow or {}).get("stages_mean_s", {}).items():
-        print(f"{'  hyflow ' + name:<28}{seconds:>11.3f}s")
-    if hyflow and "graph_captures" in hyflow:
-        print(f"{'  hyflow graphs captured':<28}{hyflow['graph_captures']} (per step)")
-    if "ratio_trl_over_hyflow" in result:
-        print(f"TRL / hyflow (steps 2-{shape['steps']} mean): {result['ratio_trl_over_hyflow']:.2f}x")
-    for key in ("trl_skipped", "trl_error"):
-        if key in result:
-            print(f"TRL {key.removeprefix('trl_')}: {result[key]}")
-
-
-def write_result(result: dict[str, Any], echo: bool = True) -> None:
-    """The JSON line on stdout, and in `$OUT/grpo_step.json` when `$OUT` is set (also after the first side, so a
-    crash or a timeout in the second one keeps the first one's numbers)."""
-    line = json.dumps(result)
-    if echo:
-        print(line, flush=True)
-    if os.environ.get("OUT"):
-        name = "grpo_step.json" if result["backend"] == "local" else f"grpo_step_ray_{result['gpus']}gpu.json"
-        Path(os.environ["OUT"], name).write_text(line + "\n")
-
-
-def run_trl_side(args: argparse.Namespace, assets: dict[str, Any], root: Path, result: dict[str, Any]) -> None:
-    """TRL's numbers into `result`, or why there are none (not installed, or the run failed)."""
+def run_trl_side(
+    args: argparse.Namespace, assets: dict[str, Any], root: Path, result: dict[str, Any], side: str
+) -> None:
+    """One TRL side's numbers into `result[side]` (`trl`, or `trl_vllm`: vLLM colocated), or why there are none (not
+    installed, or the run failed)."""
     # Imported here, not at the top: hyflow also loads this file by path for `compute_score`, where the folder of
     # this file is not on sys.path (it is when the file runs as a script).
     from grpo_step_trl import run_trl, trl_missing
 
-    reason = trl_missing()
+    use_vllm = side == "trl_vllm"
+    reason = trl_missing(use_vllm)
     if reason is not None:
-        result["trl_skipped"] = reason
+        result[f"{side}_skipped"] = reason
         return
     import trl
 
     result["trl_version"] = trl.__version__
+    if use_vllm:
+        import vllm
+
+        result["vllm_version"] = vllm.__version__
     try:
-        run = functools.partial(run_trl, reward_fn=trl_length_reward, hyperparameters=TRAINING)
-        result["trl"] = measured_side(run, args, assets, root)
+        run = functools.partial(run_trl, reward_fn=trl_length_reward, hyperparameters=TRAINING, use_vllm=use_vllm)
+        with isolated_process_state(root):  # colocated vLLM sets RANK / WORLD_SIZE / MASTER_* for itself
+            result[side] = measured_side(run, args, assets, root)
     except Exception as exc:  # the baseline failing must not lose hyflow's numbers of the same run
-        logger.exception("the TRL side failed")
-        result["trl_error"] = f"{type(exc).__name__}: {exc}"
+        logger.exception("the %s side failed", SIDES[side])
+        result[f"{side}_error"] = f"{type(exc).__name__}: {exc}"
     free_memory()  # a failed run's objects, now that the exception that held them is gone
 
 
 def main() -> None:
+    from grpo_step_report import print_table, write_result  # here: hyflow loads this file by path (compute_score)
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_DISABLED", "true")
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # flashinfer is not in ../shared/peers' vLLM build
     args = parse_args()
     device = "cpu" if args.tiny or not torch.cuda.is_available() else torch.cuda.get_device_name()
     result: dict[str, Any] = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__}
@@ -401,15 +403,19 @@ def main() -> None:
             "prompt_length": args.prompt_length, "response_length": args.response_length,
             "generated_tokens": args.prompts * args.n * args.response_length,
             "micro_batch_size": args.micro_batch_size, "log_prob_micro_batch_size": args.log_prob_micro_batch_size,
+            "shape": "tiny" if args.tiny else args.shape, "hyflow_master_dtype": args.master_dtype,
         }  # fmt: skip
-        if args.only in (None, "hyflow"):
+        if "hyflow" in args.sides:
             result["hyflow"] = measured_side(run_hyflow, args, assets, root)
             write_result(result, echo=False)
-        if args.only in (None, "trl"):
-            run_trl_side(args, assets, root, result)
-    if "hyflow" in result and "trl" in result:
-        result["ratio_trl_over_hyflow"] = result["trl"]["mean_s"] / result["hyflow"]["mean_s"]
-    print_table(result)
+        for side in ("trl", "trl_vllm"):
+            if side in args.sides:
+                run_trl_side(args, assets, root, result, side)
+                write_result(result, echo=False)
+    for side in ("trl", "trl_vllm"):
+        if "hyflow" in result and side in result:
+            result[f"ratio_{side}_over_hyflow"] = result[side]["mean_s"] / result["hyflow"]["mean_s"]
+    print_table(result, SIDES)
     write_result(result)
 
 

@@ -1,7 +1,13 @@
-"""TRL's side of `grpo_step.py`: the same GRPO step in TRL's `GRPOTrainer` (no vLLM), timed per optimizer step.
+"""TRL's sides of `grpo_step.py`: the same GRPO step in TRL's `GRPOTrainer`, timed per optimizer step, generating
+with `transformers.generate` or with vLLM colocated (`use_vllm=True, vllm_mode="colocate"`: a vLLM engine in the
+training process on the same GPU, TRL's own defaults otherwise, e.g. `vllm_gpu_memory_utilization=0.3`, the weights
+pushed into vLLM after every optimizer step, and the importance-sampling correction, which asks vLLM for the
+sampled tokens' log-probs and runs a forward pass for the old log-probs).
 
-One generation batch = one optimizer step (`per_device_train_batch_size` = prompts × n), β = 0, responses of
-exactly `--response-length` tokens (`min_new_tokens`), bf16 weights as loaded, AdamW with hyflow's defaults.
+One generation batch = one optimizer step (`per_device_train_batch_size` × `gradient_accumulation_steps` = prompts ×
+n, micro-batches of `--micro-batch-size` as hyflow's), β = 0, responses of
+exactly `--response-length` tokens (`min_new_tokens`; vLLM: `min_tokens`), bf16 weights as loaded, AdamW with
+hyflow's defaults.
 """
 
 from __future__ import annotations
@@ -23,15 +29,19 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def trl_missing() -> str | None:
-    """Why the TRL side cannot run, or None."""
+def trl_missing(use_vllm: bool = False) -> str | None:
+    """Why the TRL side (with vLLM: that side) cannot run, or None."""
     missing = [name for name in ("trl", "datasets") if importlib.util.find_spec(name) is None]
-    if not missing:
-        return None
-    return (
-        f"{' and '.join(missing)} not installed: pip install trl==1.16.0 datasets==5.2.0 dill multiprocess "
-        "(on the device machine: from the wheels in .whl/, see benchmarks/README.md)"
-    )
+    if missing:
+        return (
+            f"{' and '.join(missing)} not installed: pip install trl==1.16.0 datasets==5.2.0 dill multiprocess "
+            "(on the device machine: from the wheels in .whl/, see benchmarks/README.md)"
+        )
+    if use_vllm and not torch.cuda.is_available():
+        return "TRL's colocated vLLM needs a CUDA device"
+    if use_vllm and importlib.util.find_spec("vllm") is None:
+        return "vllm not importable (on the device machine: unpack ../shared/peers' parts, see benchmarks/README.md)"
+    return None
 
 
 class StepTimer(TrainerCallback):
@@ -51,23 +61,28 @@ class StepTimer(TrainerCallback):
         print(f"TRL step {len(self.step_s)}: {self.step_s[-1]:.2f} s", flush=True)
 
 
-def trl_config(args: argparse.Namespace, root: Path, hyperparameters: dict[str, float]) -> Any:
+def trl_config(args: argparse.Namespace, root: Path, hyperparameters: dict[str, float], use_vllm: bool) -> Any:
     """The same step as hyflow's: one generation batch = one optimizer step, beta = 0, fixed response length."""
     from trl import GRPOConfig
 
+    # never stop early, like hyflow's ignore_eos (vLLM's SamplingParams and transformers' generate name it apart)
+    min_length = {"min_tokens" if use_vllm else "min_new_tokens": args.response_length}
+    vllm = {"vllm_mode": "colocate"} if use_vllm else {}
     return GRPOConfig(
         output_dir=str(root / "trl"),
-        per_device_train_batch_size=args.prompts * args.n,  # the whole generation batch in one micro-batch
+        per_device_train_batch_size=args.micro_batch_size,  # micro-batches of one generation batch (prompts x n),
+        gradient_accumulation_steps=args.prompts * args.n // args.micro_batch_size,  # all in one optimizer step
         num_generations=args.n,
         max_completion_length=args.response_length,
-        generation_kwargs={"min_new_tokens": args.response_length},  # never stop early, like ignore_eos
+        generation_kwargs=min_length,
         temperature=1.0,
         beta=0.0,
         learning_rate=hyperparameters["learning_rate"],
         weight_decay=hyperparameters["weight_decay"],
         lr_scheduler_type="constant",  # as hyflow's default
         max_steps=args.steps,
-        use_vllm=False,
+        use_vllm=use_vllm,
+        **vllm,
         gradient_checkpointing=False,
         bf16=not args.tiny,
         use_cpu=args.tiny,
@@ -84,9 +99,10 @@ def run_trl(
     root: Path,
     reward_fn: Callable[..., list[float]],
     hyperparameters: dict[str, float],
+    use_vllm: bool = False,
 ) -> dict[str, Any]:
-    """Train `--steps` steps of TRL's `GRPOTrainer` on the same model folder and prompts with `reward_fn`; each
-    step's seconds."""
+    """Train `--steps` steps of TRL's `GRPOTrainer` on the same model folder and prompts with `reward_fn`
+    (generating with colocated vLLM when `use_vllm`); each step's seconds."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -98,7 +114,7 @@ def run_trl(
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_fn,
-        args=trl_config(args, root, hyperparameters),
+        args=trl_config(args, root, hyperparameters, use_vllm),
         train_dataset=Dataset.from_dict({"prompt": assets["prompts"]}),
         processing_class=tokenizer,
         callbacks=[timer],

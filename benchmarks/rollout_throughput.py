@@ -1,36 +1,50 @@
-"""Generation throughput of hyflow's engine next to `transformers.generate`, on random-weight models.
+"""Generation throughput of hyflow's engine next to vLLM and `transformers.generate`, on random-weight models.
 
     python benchmarks/rollout_throughput.py              # GPU: Qwen2-0.5B shape, bf16, cases (a) and (b)
+    python benchmarks/rollout_throughput.py --shape 7b --cases a,d --no-hf   # Qwen2.5-7B shape
+    python benchmarks/rollout_throughput.py --cases long --no-hf   # 64 prompts x 256 -> 4096 new tokens
     python benchmarks/rollout_throughput.py --tiny       # CPU: a tiny model, small shapes (minutes on a laptop)
-    python benchmarks/rollout_throughput.py --no-hf      # engine only
+    python benchmarks/rollout_throughput.py --no-hf --no-vllm   # engine only
     python benchmarks/rollout_throughput.py --no-hf --num-scheduler-steps 1   # one host round trip per token
     python benchmarks/rollout_throughput.py --no-hf --no-async-scheduling     # no window queued ahead
     torchrun --nproc-per-node 2 benchmarks/rollout_throughput.py --tensor-parallel-size 2   # the engine, TP=2
 
 Cases: (a) 256 prompts x 256 prompt tokens -> 256 new tokens each (ignore_eos);
        (b) GRPO shape: 64 prompts x 512 prompt tokens, n=8, 512 new tokens (the 8 samples share the prompt's cache);
-       (c) the generation of benchmarks/grpo_step.py: 8 prompts x 64 tokens, n=8, 256 new tokens (`--cases a,b,c`).
+       (c) the generation of benchmarks/grpo_step.py: 8 prompts x 64 tokens, n=8, 256 new tokens;
+       (d) 64 prompts x 512 tokens -> 512 new tokens (n=1: the 7B shape's second case);
+       (long) 64 prompts x 256 tokens -> 4096 new tokens.
+Every case runs once as warm-up (at most 512 new tokens) and then `--repeats` times, each run on fresh random
+prompts; each side gets the same prompts. vLLM 0.25.0 (`rollout_throughput_vllm.py`, log-probs on, the settings of
+../shared/peers/README.md) runs first, in its own engine process, and is skipped with a message where it is not
+importable; `transformers.generate` runs once on the last repeat's prompts.
 For the engine it also prints the mean decode step time (a multi-step decode window counts as its number of steps)
 next to the memory-bandwidth bound of that step (weights + the KV cache read once per step, over the device's peak
-bandwidth).
+bandwidth). With `$OUT` set, every number also goes to `$OUT/rollout_throughput_<shape>.json`.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import dataclasses
+import json
 import os
+import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from rollout_throughput_vllm import VLLMGenerator, vllm_missing  # this script's folder; imports vLLM only to run
+from shapes import SHAPES
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from hyflow.rollout import triton_step
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.models.llama import Attention
+from hyflow.engine import triton_step
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.models.llama import Attention
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e peak
 
@@ -44,30 +58,25 @@ class Case:
     new_tokens: int
 
 
-GPU_CASES = [Case("a", 256, 256, 1, 256), Case("b", 64, 512, 8, 512), Case("c", 8, 64, 8, 256)]
-TINY_CASES = [Case("a", 32, 32, 1, 32), Case("b", 8, 64, 8, 64), Case("c", 4, 16, 4, 32)]
+GPU_CASES = [
+    Case("a", 256, 256, 1, 256),
+    Case("b", 64, 512, 8, 512),
+    Case("c", 8, 64, 8, 256),
+    Case("d", 64, 512, 1, 512),
+    Case("long", 64, 256, 1, 4096),
+]
+TINY_CASES = [
+    Case("a", 32, 32, 1, 32),
+    Case("b", 8, 64, 8, 64),
+    Case("c", 4, 16, 4, 32),
+    Case("d", 8, 64, 1, 64),
+    Case("long", 4, 16, 1, 256),
+]
+WARMUP_TOKENS = 512  # a warm-up run generates at most this many tokens per sequence: it compiles and captures
 
 
-def qwen2_config(tiny: bool) -> Qwen2Config:
-    if tiny:
-        sizes = dict(
-            vocab_size=512,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-    else:  # Qwen2-0.5B
-        sizes = dict(
-            vocab_size=151936,
-            hidden_size=896,
-            intermediate_size=4864,
-            num_hidden_layers=24,
-            num_attention_heads=14,
-            num_key_value_heads=2,
-        )
-    config = Qwen2Config(**sizes, max_position_embeddings=2048, tie_word_embeddings=True)
+def qwen2_config(shape: str, max_model_len: int = 2048) -> Qwen2Config:
+    config = Qwen2Config(**SHAPES[shape], max_position_embeddings=max(2048, max_model_len))
     config.architectures = ["Qwen2ForCausalLM"]
     return config
 
@@ -165,11 +174,14 @@ def profile_decode(engine: LLMEngine, prompts: list[list[int]], case: Case) -> N
         engine.step()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny model on CPU")
+    parser.add_argument("--shape", choices=["0.5b", "7b"], default="0.5b", help="the GPU model's shape")
     parser.add_argument("--no-hf", action="store_true", help="skip transformers.generate")
-    parser.add_argument("--cases", default="a,b")
+    parser.add_argument("--no-vllm", action="store_true", help="skip vLLM")
+    parser.add_argument("--cases", default="a,b", help=f"comma-separated, of {[c.name for c in GPU_CASES]}")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs per case and side, after the warm-up")
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument(
         "--no-fused-rope", action="store_true", help="RoPE and the KV-cache write as PyTorch ops (3 launches a layer)"
@@ -191,17 +203,16 @@ def main() -> None:
         "--tensor-parallel-size", type=int, default=1, help="under `torchrun --nproc-per-node N` (the engine only)"
     )
     args = parser.parse_args()
-    device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    if args.tensor_parallel_size > 1:  # every rank runs the same engine on the same prompts (SPMD)
-        if device == "cuda":
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group("nccl" if device == "cuda" else "gloo")
-        args.no_hf = True
-    torch.manual_seed(0)  # the same weights and prompts on every rank
-    model = Qwen2ForCausalLM(qwen2_config(args.tiny)).to(device=device, dtype=dtype).eval()
-    cases = [c for c in (TINY_CASES if args.tiny else GPU_CASES) if c.name in args.cases.split(",")]
-    max_len = max(c.prompt_len + c.new_tokens for c in cases)
+    known = [c.name for c in GPU_CASES]
+    unknown = [name for name in args.cases.split(",") if name not in known]
+    if unknown:
+        parser.error(f"--cases={args.cases}: unknown case(s) {unknown}; choose from {known}")
+    if args.repeats < 1:
+        parser.error(f"--repeats={args.repeats}: need at least 1 timed run")
+    return args
+
+
+def build_engine(args: argparse.Namespace, model: torch.nn.Module, max_len: int) -> LLMEngine:
     config = EngineConfig(
         max_model_len=max_len,
         max_num_seqs=512,
@@ -220,43 +231,119 @@ def main() -> None:
         for module in engine.model.modules():
             if isinstance(module, Attention):
                 module.fused_rope_cache = False
+    return engine
+
+
+def warmup_case(case: Case) -> Case:
+    return dataclasses.replace(case, new_tokens=min(case.new_tokens, WARMUP_TOKENS))
+
+
+def run_vllm_side(
+    config: Qwen2Config, cases: list[Case], prompts: dict[str, list[list[list[int]]]], max_len: int
+) -> dict[str, Any]:
+    """vLLM's tokens/s per case (warm-up, then one per repeat) on the same prompts, or why it did not run."""
+    generator = VLLMGenerator(config, max_len)
+    try:
+        result: dict[str, Any] = {"version": generator.version}
+        for case in cases:
+            warm, *timed = prompts[case.name]
+            generator.run(warm, case.n, warmup_case(case).new_tokens)
+            result[case.name] = [generator.run(p, case.n, case.new_tokens) for p in timed]
+            print(f"case ({case.name}) vLLM {', '.join(f'{t:,.0f}' for t in result[case.name])} tok/s", flush=True)
+    finally:
+        generator.close()
+    return result
+
+
+def spread(values: list[float], digits: int = 0, unit: str = "") -> str:
+    """'v' for one value, 'lo-hi (median m)' for several."""
+    if len(values) == 1:
+        return f"{values[0]:,.{digits}f}{unit}"
+    return f"{min(values):,.{digits}f}-{max(values):,.{digits}f}{unit} (median {statistics.median(values):,.{digits}f})"
+
+
+def case_line(case: Case, hyflow: dict[str, Any], vllm: list[float] | None, hf: float | None) -> str:
+    """One case's summary: the engine's tok/s and decode step over the repeats, and each baseline's ratio."""
+    engine = hyflow["tokens_per_s"]
+    line = (
+        f"case ({case.name}) {case.num_prompts}x{case.prompt_len} n={case.n} -> {case.new_tokens}: "
+        f"engine {spread(engine)} tok/s, decode step {spread([s * 1e3 for s in hyflow['step_s']], 2, ' ms')}"
+    )
+    if "bound_s" in hyflow:
+        bound, step = hyflow["bound_s"], statistics.median(hyflow["step_s"])
+        line += f" (bandwidth bound {bound * 1e3:.2f} ms, {bound / step:.0%} of it)"
+    if vllm:  # the ratio of each repeat, the two sides on the same prompts
+        ratios = [e / v for e, v in zip(engine, vllm)]
+        line += f"; vLLM {spread(vllm)} tok/s; ratio {spread(ratios, 2, 'x')}"
+    if hf is not None:
+        line += f"; transformers.generate {hf:,.0f} tok/s; ratio {engine[-1] / hf:.1f}x"
+    return line
+
+
+def main() -> None:
+    args = parse_args()
+    device = "cpu" if args.tiny or not torch.cuda.is_available() else "cuda"
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    if args.tensor_parallel_size > 1:  # every rank runs the same engine on the same prompts (SPMD)
+        if device == "cuda":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+        args.no_hf = args.no_vllm = True
+    shape = "tiny" if device == "cpu" else args.shape
+    cases = [c for c in (TINY_CASES if device == "cpu" else GPU_CASES) if c.name in args.cases.split(",")]
+    max_len = max(c.prompt_len + c.new_tokens for c in cases)
+    config = qwen2_config(shape, max_len)
+    torch.manual_seed(0)  # the same weights and prompts on every rank
+    # Fresh random prompts for every run (a run never finds another's prompts in the prefix cache), the same for
+    # every side: the warm-up's first, then one set per repeat.
+    prompts = {c.name: [random_prompts(config.vocab_size, c) for _ in range(1 + args.repeats)] for c in cases}
+    result: dict[str, Any] = {"shape": shape, "device": device, "repeats": args.repeats, "cases": {}}
+    skipped = "--no-vllm" if args.no_vllm else vllm_missing()
+    if skipped is None:
+        result["vllm"] = run_vllm_side(config, cases, prompts, max_len)
+    elif is_main_rank():
+        print(f"vLLM skipped: {skipped}")
+    with torch.device(device):  # built in place: a 7B model's random init on the host takes minutes
+        model = Qwen2ForCausalLM(config).to(dtype=dtype).eval()
+    engine = build_engine(args, model, max_len)
     if is_main_rank():
         print(
-            f"device={device} dtype={dtype} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-            f"kv_blocks={engine.block_manager.num_blocks} num_scheduler_steps={config.num_scheduler_steps} "
-            f"async_scheduling={config.async_scheduling} "
-            f"tensor_parallel_size={config.tensor_parallel_size}"
+            f"device={device} dtype={dtype} shape={shape} "
+            f"params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+            f"kv_blocks={engine.block_manager.num_blocks} num_scheduler_steps={engine.config.num_scheduler_steps} "
+            f"async_scheduling={engine.config.async_scheduling} "
+            f"tensor_parallel_size={engine.config.tensor_parallel_size}"
         )
     for case in cases:
-        # New random prompts for every run: a run never finds the previous run's prompts in the prefix cache.
-        fresh_prompts = functools.partial(random_prompts, model.config.vocab_size, case)
-        run_engine(engine, fresh_prompts(), case)  # warm-up: compiles kernels, captures the CUDA graphs
-        run_engine(engine, fresh_prompts(), case)
+        warm, *timed = prompts[case.name]
+        run_engine(engine, warm, warmup_case(case))  # warm-up: compiles kernels, captures the CUDA graphs
         if args.profile:
-            profile_decode(engine, fresh_prompts(), case)
-            import cProfile  # the host's side of one whole run, by Python function
-            import pstats
-
-            with cProfile.Profile() as host_profile:
-                run_engine(engine, fresh_prompts(), case)
-            pstats.Stats(host_profile).sort_stats("tottime").print_stats(18)
-        prompts = fresh_prompts()
-        tokens_per_s, step_s = run_engine(engine, prompts, case, args.trace)
-        line = (
-            f"case ({case.name}) {case.num_prompts}x{case.prompt_len} n={case.n} -> {case.new_tokens}: "
-            f"engine {tokens_per_s:,.0f} tok/s, decode step {step_s * 1e3:.2f} ms"
-        )
+            profile_case(engine, config.vocab_size, case)
+        runs = [run_engine(engine, p, case, args.trace) for p in timed]
+        hyflow = {"tokens_per_s": [r[0] for r in runs], "step_s": [r[1] for r in runs]}
         if device == "cuda":
-            bound = decode_bound_seconds(model, case, 2)
-            line += f" (bandwidth bound {bound * 1e3:.2f} ms, {bound / step_s:.0%} of it)"
-        if not args.no_hf:
-            hf_tokens_per_s = run_hf(model, prompts, case)
-            line += f"; transformers.generate {hf_tokens_per_s:,.0f} tok/s; ratio {tokens_per_s / hf_tokens_per_s:.1f}x"
+            hyflow["bound_s"] = decode_bound_seconds(model, case, 2)
+        hf = None if args.no_hf else run_hf(model, timed[-1], case)
+        vllm = result.get("vllm", {}).get(case.name)
+        result["cases"][case.name] = {"case": dataclasses.asdict(case), "hyflow": hyflow, "vllm": vllm, "hf": hf}
         if is_main_rank():
-            print(line, flush=True)
+            print(case_line(case, hyflow, vllm, hf), flush=True)
+    if os.environ.get("OUT") and is_main_rank():
+        Path(os.environ["OUT"], f"rollout_throughput_{shape}.json").write_text(json.dumps(result) + "\n")
     if dist.is_initialized():
         engine.close()  # its CUDA graphs hold NCCL collectives: destroying the group first would hang
         dist.destroy_process_group()
+
+
+def profile_case(engine: LLMEngine, vocab_size: int, case: Case) -> None:
+    """torch.profiler of 5 decode windows, then cProfile of one whole run (the host's side, by Python function)."""
+    import cProfile
+    import pstats
+
+    profile_decode(engine, random_prompts(vocab_size, case), case)
+    with cProfile.Profile() as host_profile:
+        run_engine(engine, random_prompts(vocab_size, case), case)
+    pstats.Stats(host_profile).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":

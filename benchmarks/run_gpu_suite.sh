@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark of the repo in one go, each beside its baseline, with a time limit per step:
 #   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
-# Parts (comma-separated): tests, grpo, actor, rollout.
+# Parts (comma-separated): tests, grpo, actor, rollout; and peers (not by default: vLLM beside the engine at the
+# 0.5B and 7B shapes, the 7B GRPO step beside TRL+vLLM; needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md).
 # Logs land in the folder (one file per step) and the summary lines on stdout. About 11 minutes on one H200.
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
 set -uo pipefail
@@ -10,13 +11,13 @@ results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout
 
 if [[ $parts == *,tests,* ]]; then
     step gpu_tests 180 "passed|failed|FAILED|skipped in" \
-        python3 -m pytest -q -p no:cacheprovider tests/rollout/test_gpu.py tests/rollout/test_triton_rope.py \
-        tests/rollout/test_triton_step.py tests/rollout/test_async_scheduling.py \
+        python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/engine/test_triton_rope.py \
+        tests/engine/test_triton_step.py tests/engine/test_async_scheduling.py \
         tests/models/test_fused_gpu.py \
         tests/models/test_packing_gpu.py
 fi
 if [[ $parts == *,grpo,* ]]; then
-    step grpo_step 240 "steps 2-4|generated|hyflow |TRL /" python3 benchmarks/grpo_step.py
+    step grpo_step 250 "steps 2-4|generated|hyflow |/ hyflow|skipped" python3 benchmarks/grpo_step.py
     step grpo_keep_kv 100 "steps 2-4|hyflow " python3 benchmarks/grpo_step.py --only hyflow --keep-kv-cache
 fi
 if [[ $parts == *,actor,* ]]; then
@@ -29,4 +30,10 @@ if [[ $parts == *,rollout,* ]]; then
     step rollout_one_window_at_a_time 90 "^case|prefill steps" \
         python3 benchmarks/rollout_throughput.py --no-hf --cases a,b,c --trace --no-async-scheduling
     step decode_kernels 150 "^decode|^sampler|current" python3 benchmarks/decode_kernels.py
+fi
+if [[ $parts == *,peers,* ]]; then
+    step rollout_peers_05b 330 "^case|skipped" python3 benchmarks/rollout_throughput.py --cases a,b,c,long --no-hf
+    step rollout_peers_7b 240 "^case|skipped" python3 benchmarks/rollout_throughput.py --shape 7b --cases a,d --no-hf
+    step grpo_7b 330 "steps 2-4|generated|hyflow |/ hyflow|skipped" python3 benchmarks/grpo_step.py --shape 7b \
+        --master-dtype bf16 --micro-batch-size 8 --only hyflow,trl-vllm
 fi

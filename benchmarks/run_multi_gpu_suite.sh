@@ -16,7 +16,7 @@ if [[ $parts == *,tests,* ]]; then
     step fsdp_nccl_test 150 "log-prob error|passed|failed|FAILED|Error|^E " \
         python3 -m pytest -q -s -x --tb=short -p no:cacheprovider tests/workers/test_fsdp_nccl.py
     step tp_nccl_test 150 "passed|failed|FAILED|Error|^E " python3 -m pytest -q -x --tb=short -p no:cacheprovider \
-        tests/rollout/test_tensor_parallel.py::test_tp2_on_two_gpus_with_nccl_and_cuda_graphs_equals_tp1
+        tests/engine/test_tensor_parallel.py::test_tp2_on_two_gpus_with_nccl_and_cuda_graphs_equals_tp1
 fi
 if [[ $parts == *,actor,* ]]; then
     step actor_1gpu 120 "ms/step|params" env CUDA_VISIBLE_DEVICES=0 \

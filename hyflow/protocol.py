@@ -30,21 +30,51 @@ import torch
 from tensordict import TensorDict
 
 from hyflow.protocol_future import DataProtoFuture
-from hyflow.protocol_values import (
-    check_keys,
-    compact_rows,
-    row_index,
-    same_value,
-    to_object_array,
+from hyflow.protocol_io import (
+    deserialize_single_tensor,
+    deserialize_tensordict,
+    serialize_single_tensor,
+    serialize_tensordict,
 )
+from hyflow.protocol_values import (
+    DataProtoError,
+    check_concat_parts,
+    check_keys,
+    check_union,
+    compact_rows,
+    merge_meta_info,
+    row_index,
+    to_object_array,
+    union_numpy_dict,
+    union_tensor_dict,
+)
+from hyflow.protocol_verl import VerlDataProtoMethods, fold_batch_dim, unfold_batch_dim
 
-__all__ = ["DataProto", "DataProtoFuture", "pad_dataproto_to_divisor", "unpad_dataproto"]
+__all__ = [
+    "AUTO_PADDING_KEY",
+    "DataProto",
+    "DataProtoError",
+    "DataProtoFuture",
+    "deserialize_single_tensor",
+    "deserialize_tensordict",
+    "fold_batch_dim",
+    "pad_dataproto_to_divisor",
+    "serialize_single_tensor",
+    "serialize_tensordict",
+    "unfold_batch_dim",
+    "union_numpy_dict",
+    "union_tensor_dict",
+    "unpad_dataproto",
+]
+
+# meta_info flag (verl's name) that lets `chunk` cut rows that do not divide into near-equal parts.
+AUTO_PADDING_KEY = "_verl_auto_padding"
 
 Index = int | slice | torch.Tensor | np.ndarray | Sequence[int] | Sequence[bool]
 
 
 @dataclass(eq=False)
-class DataProto:
+class DataProto(VerlDataProtoMethods):
     """A batch of B rows: tensors in `batch`, per-row Python objects in `non_tensor_batch`, and `meta_info`."""
 
     batch: TensorDict | None = None
@@ -68,29 +98,47 @@ class DataProto:
         tensors: Mapping[str, torch.Tensor] | None = None,
         non_tensors: Mapping[str, np.ndarray | list] | None = None,
         meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+        auto_padding: bool = False,
     ) -> DataProto:
-        """Build from a dict of tensors (all sharing dim 0), a dict of per-row arrays, and meta_info."""
+        """Build from a dict of tensors (all sharing dim 0), a dict of per-row arrays, and meta_info.
+
+        `auto_padding=True` lets `chunk` cut a row count that does not divide (verl's flag, kept in meta_info).
+        """
+        if num_batch_dims != 1:
+            raise DataProtoError(
+                f"num_batch_dims={num_batch_dims}: a DataProto has exactly one batch dimension (rows). Keep extra "
+                f"dimensions inside each tensor, or fold rows into groups with fold_batch_dim."
+            )
         tensors = dict(tensors or {})
         batch = None
         if tensors:
             lengths = {}
             for key, value in tensors.items():
                 if not isinstance(value, torch.Tensor) or value.dim() == 0:
-                    raise ValueError(f"tensor '{key}' must be a torch.Tensor with a row dimension, got {value!r:.80}.")
+                    raise DataProtoError(
+                        f"tensor '{key}' must be a torch.Tensor with a row dimension, got {value!r:.80}."
+                    )
                 lengths[key] = value.shape[0]
             first_key = next(iter(lengths))
             for key, length in lengths.items():
                 if length != lengths[first_key]:
-                    raise ValueError(
+                    raise DataProtoError(
                         f"tensor '{key}' has {length} rows but '{first_key}' has {lengths[first_key]}; every field "
                         f"of a DataProto must have the same first dimension."
                     )
             batch = TensorDict(tensors, batch_size=[lengths[first_key]])
-        return cls(batch=batch, non_tensor_batch=dict(non_tensors or {}), meta_info=dict(meta_info or {}))
+        meta_info = dict(meta_info or {})
+        if auto_padding:
+            meta_info[AUTO_PADDING_KEY] = True
+        return cls(batch=batch, non_tensor_batch=dict(non_tensors or {}), meta_info=meta_info)
 
     @classmethod
     def from_single_dict(
-        cls, data: Mapping[str, torch.Tensor | np.ndarray | list], meta_info: dict[str, Any] | None = None
+        cls,
+        data: Mapping[str, torch.Tensor | np.ndarray | list],
+        meta_info: dict[str, Any] | None = None,
+        auto_padding: bool = False,
     ) -> DataProto:
         """Build from one dict: torch tensors go to `batch`, numpy arrays and lists to `non_tensor_batch`."""
         tensors, non_tensors = {}, {}
@@ -100,27 +148,27 @@ class DataProto:
             elif isinstance(value, (np.ndarray, list, tuple)):
                 non_tensors[key] = value
             else:
-                raise ValueError(
+                raise DataProtoError(
                     f"'{key}' is a {type(value).__name__}; from_single_dict takes torch tensors and numpy arrays "
                     f"(or lists) with one entry per row. Put batch-wide values in meta_info instead."
                 )
-        return cls.from_dict(tensors, non_tensors, meta_info)
+        return cls.from_dict(tensors, non_tensors, meta_info, auto_padding=auto_padding)
 
     def check_consistency(self) -> None:
         """Check that `batch` is 1-D and every non-tensor array has the same number of rows as the batch."""
         if self.batch is not None and self.batch.batch_dims != 1:
-            raise ValueError(
+            raise DataProtoError(
                 f"DataProto.batch must have one batch dimension (batch_size=[B]), got batch_size="
                 f"{list(self.batch.batch_size)}. Build it with TensorDict(tensors, batch_size=[B])."
             )
         ref_key, ref_len = ("batch", self.batch.batch_size[0]) if self.batch is not None else (None, None)
         for key, array in self.non_tensor_batch.items():
             if array.ndim == 0:
-                raise ValueError(f"non_tensor_batch['{key}'] is a 0-d array; it needs one entry per row.")
+                raise DataProtoError(f"non_tensor_batch['{key}'] is a 0-d array; it needs one entry per row.")
             if ref_key is None:
                 ref_key, ref_len = f"non_tensor_batch['{key}']", len(array)
             elif len(array) != ref_len:
-                raise ValueError(
+                raise DataProtoError(
                     f"non_tensor_batch['{key}'] has {len(array)} rows but {ref_key} has {ref_len}; every field of "
                     f"a DataProto must have the same first dimension."
                 )
@@ -149,7 +197,7 @@ class DataProto:
     def _take(self, tensor_index: slice | torch.Tensor, array_index: slice | np.ndarray) -> DataProto:
         batch = self.batch[tensor_index] if self.batch is not None else None
         non_tensors = {key: array[array_index] for key, array in self.non_tensor_batch.items()}
-        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(self.meta_info))
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(self.meta_info))
 
     # ---- selecting and merging keys ----
     def select(
@@ -201,25 +249,16 @@ class DataProto:
         A key present in both must hold equal values; otherwise nothing is merged and a ValueError names the key.
         """
         if self._has_rows() and other._has_rows() and len(self) != len(other):
-            raise ValueError(
+            raise DataProtoError(
                 f"cannot union DataProtos of {len(self)} and {len(other)} rows; both must have the same rows."
             )
-        parts = [
-            (
-                "batch",
-                dict(self.batch.items()) if self.batch is not None else {},
-                dict(other.batch.items()) if other.batch is not None else {},
-            ),
-            ("non_tensor_batch", self.non_tensor_batch, other.non_tensor_batch),
-            ("meta_info", self.meta_info, other.meta_info),
-        ]
-        for where, mine, theirs in parts:
-            for key in theirs:
-                if key in mine and not same_value(mine[key], theirs[key]):
-                    raise ValueError(
-                        f"union conflict on {where}['{key}']: both DataProtos hold this key with different values. "
-                        f"Pop or rename it on one side before the union."
-                    )
+        check_union(
+            "batch",
+            dict(self.batch.items()) if self.batch is not None else {},
+            dict(other.batch.items()) if other.batch is not None else {},
+        )
+        check_union("non_tensor_batch", self.non_tensor_batch, other.non_tensor_batch)
+        check_union("meta_info", self.meta_info, other.meta_info)
         if other.batch is not None:
             if self.batch is None:
                 self.batch = other.batch
@@ -242,51 +281,39 @@ class DataProto:
     # ---- splitting and joining rows ----
     @staticmethod
     def concat(data: Sequence[DataProto]) -> DataProto:
-        """Join DataProtos row-wise. All must have the same keys; meta_info is merged, the first part winning."""
+        """Join DataProtos row-wise. All must have the same keys.
+
+        meta_info is merged: every part's `metrics` are gathered into one dict of lists, `timing` keeps each
+        phase's slowest part, and any other key that several parts hold must have the same value in each.
+        """
         if not data:
-            raise ValueError("DataProto.concat got an empty list; pass at least one DataProto.")
+            raise DataProtoError("DataProto.concat got an empty list; pass at least one DataProto.")
         first = data[0]
-        first_batch_keys = set(first.batch.keys()) if first.batch is not None else set()
-        for i, part in enumerate(data[1:], start=1):
-            part_batch_keys = set(part.batch.keys()) if part.batch is not None else set()
-            for where, a, b in [
-                ("batch", first_batch_keys, part_batch_keys),
-                ("non_tensor_batch", set(first.non_tensor_batch), set(part.non_tensor_batch)),
-            ]:
-                if a != b:
-                    raise ValueError(
-                        f"cannot concat: part {i} has different {where} keys than part 0 (only in part 0: "
-                        f"{sorted(a - b)}, only in part {i}: {sorted(b - a)}). Select the same keys on every part."
-                    )
-            if part.batch is not None:
-                for key in first_batch_keys:
-                    if part.batch[key].shape[1:] != first.batch[key].shape[1:]:
-                        raise ValueError(
-                            f"cannot concat: batch['{key}'] has per-row shape {list(part.batch[key].shape[1:])} in "
-                            f"part {i} but {list(first.batch[key].shape[1:])} in part 0. Pad to the same length."
-                        )
+        check_concat_parts([(part.batch, part.non_tensor_batch) for part in data])
         batches = [part.batch for part in data if part.batch is not None]
         batch = torch.cat(batches, dim=0) if len(batches) == len(data) else None
         non_tensors = {
             key: np.concatenate([part.non_tensor_batch[key] for part in data]) for key in first.non_tensor_batch
         }
-        meta_info: dict[str, Any] = {}
-        for part in data:
-            meta_info.update({k: v for k, v in part.meta_info.items() if k not in meta_info})
-        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
+        meta_info = merge_meta_info([part.meta_info for part in data])
+        return type(first)(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
 
     def split(self, split_size: int) -> list[DataProto]:
         """Parts of `split_size` rows each; the last part is shorter when the rows do not divide."""
         if not isinstance(split_size, int) or split_size < 1:
-            raise ValueError(f"split_size must be a positive int, got {split_size!r}.")
+            raise DataProtoError(f"split_size must be a positive int, got {split_size!r}.")
         return [self[start : start + split_size] for start in range(0, len(self), split_size)]
 
     def chunk(self, chunks: int) -> list[DataProto]:
-        """`chunks` equal parts. The rows must divide by `chunks`; pad first with `pad_to_divisor(chunks)`."""
+        """`chunks` equal parts. The rows must divide by `chunks` (pad first with `pad_to_divisor(chunks)`) unless
+        auto padding is on (`from_dict(..., auto_padding=True)`): then the first parts get one row more."""
         if not isinstance(chunks, int) or chunks < 1:
-            raise ValueError(f"chunks must be a positive int, got {chunks!r}.")
+            raise DataProtoError(f"chunks must be a positive int, got {chunks!r}.")
+        if self.is_padding_enabled():
+            bounds = np.cumsum([0] + [len(self) // chunks + (i < len(self) % chunks) for i in range(chunks)])
+            return [self[int(bounds[i]) : int(bounds[i + 1])] for i in range(chunks)]
         if len(self) % chunks != 0:
-            raise ValueError(
+            raise DataProtoError(
                 f"cannot chunk a DataProto of {len(self)} rows into {chunks} equal parts ({len(self)} % {chunks} = "
                 f"{len(self) % chunks}). Pad it first: padded, pad_size = data.pad_to_divisor({chunks}), and "
                 f"unpad the result with unpad(pad_size)."
@@ -297,15 +324,19 @@ class DataProto:
     def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
         """Each row `repeat_times` times: interleaved (a, a, b, b) or tiled (a, b, a, b)."""
         if not isinstance(repeat_times, int) or repeat_times < 1:
-            raise ValueError(f"repeat_times must be a positive int, got {repeat_times!r}.")
+            raise DataProtoError(f"repeat_times must be a positive int, got {repeat_times!r}.")
         rows = np.arange(len(self), dtype=np.int64)
         rows = np.repeat(rows, repeat_times) if interleave else np.tile(rows, repeat_times)
         return self._take(torch.from_numpy(rows), rows)
 
+    def is_padding_enabled(self) -> bool:
+        """Whether `chunk` may cut uneven parts (meta_info's auto-padding flag)."""
+        return bool(self.meta_info.get(AUTO_PADDING_KEY, False))
+
     def pad_to_divisor(self, divisor: int) -> tuple[DataProto, int]:
         """Append copies of the first rows (cycling) until the rows divide by `divisor`; return (padded, pad_size)."""
         if not isinstance(divisor, int) or divisor < 1:
-            raise ValueError(f"divisor must be a positive int, got {divisor!r}.")
+            raise DataProtoError(f"divisor must be a positive int, got {divisor!r}.")
         pad_size = -len(self) % divisor
         if pad_size == 0:
             return self, 0
@@ -315,7 +346,7 @@ class DataProto:
     def unpad(self, pad_size: int) -> DataProto:
         """Drop the last `pad_size` rows added by `pad_to_divisor`."""
         if not 0 <= pad_size <= len(self):
-            raise ValueError(f"pad_size must lie in [0, {len(self)}] (the number of rows), got {pad_size}.")
+            raise DataProtoError(f"pad_size must lie in [0, {len(self)}] (the number of rows), got {pad_size}.")
         return self if pad_size == 0 else self[: len(self) - pad_size]
 
     # ---- devices, pickling and printing ----
@@ -344,9 +375,9 @@ class DataProto:
         )
 
 
-def pad_dataproto_to_divisor(data: DataProto, divisor: int) -> tuple[DataProto, int]:
-    """`data.pad_to_divisor(divisor)`: pad with copies of the first rows so len divides by `divisor`."""
-    return data.pad_to_divisor(divisor)
+def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
+    """`data.pad_to_divisor(size_divisor)`: pad with copies of the first rows so len divides by `size_divisor`."""
+    return data.pad_to_divisor(size_divisor)
 
 
 def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:

@@ -5,8 +5,9 @@ method, it travels to those workers as is; each rank resolves it there and keeps
 batch never makes the round trip through the controller. On the controller, `.get()` blocks and returns the batch.
 
 `futures` may hold Ray `ObjectRef`s (resolved with one `ray.get`), nested futures, or plain values. This module never
-imports Ray: an `ObjectRef` can only exist if someone else imported Ray already. Import it as
-`from hyflow.protocol import DataProtoFuture` (re-exported there) or from here.
+imports Ray: an `ObjectRef` can only exist if someone else imported Ray already, and it imports nothing of
+`hyflow.protocol` (which re-exports it): a future's values are joined by their own type's `concat`. Import it as
+`from hyflow.protocol import DataProtoFuture` or from here.
 
 Example::
 
@@ -21,12 +22,16 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from hyflow.protocol import DataProto
+from typing import Any, Protocol
 
 __all__ = ["DataProtoFuture"]
+
+
+class Batch(Protocol):
+    """What a future resolves to: a `hyflow.protocol.DataProto` (named by its shape here, so that this module does
+    not import the one that re-exports it)."""
+
+    def chunk(self, chunks: int) -> list[Batch]: ...
 
 
 def _resolve(item: Any) -> Any:
@@ -34,7 +39,14 @@ def _resolve(item: Any) -> Any:
     return item.get() if isinstance(item, DataProtoFuture) else item
 
 
-def _take_chunk(data: DataProto, chunks: int, index: int, inner: Callable[[DataProto], DataProto] | None) -> DataProto:
+def _concat(values: list[Batch]) -> Batch:
+    """Joins the resolved shards row-wise with their own class's `concat` (DataProto.concat)."""
+    if not values:
+        raise ValueError("DataProtoFuture.concat got no results to join; give it one per rank")
+    return type(values[0]).concat(values)
+
+
+def _take_chunk(data: Batch, chunks: int, index: int, inner: Callable[[Batch], Batch] | None) -> Batch:
     data = inner(data) if inner is not None else data
     return data.chunk(chunks)[index]
 
@@ -46,17 +58,14 @@ class DataProtoFuture:
     `futures` may hold Ray `ObjectRef`s (resolved with one `ray.get`), nested `DataProtoFuture`s, or plain values.
     """
 
-    collect_fn: Callable[[list], DataProto]
+    collect_fn: Callable[[list], Batch]
     futures: list
-    dispatch_fn: Callable[[DataProto], DataProto] | None = None
+    dispatch_fn: Callable[[Batch], Batch] | None = None
 
     @staticmethod
     def concat(data: Sequence[Any]) -> DataProtoFuture:
         """A future that concatenates the results of `data` (ObjectRefs, futures or DataProtos) row-wise."""
-        # Imported here, not at the top: hyflow.protocol imports this module to re-export DataProtoFuture.
-        from hyflow.protocol import DataProto
-
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
+        return DataProtoFuture(collect_fn=_concat, futures=list(data))
 
     def chunk(self, chunks: int) -> list[DataProtoFuture]:
         """`chunks` futures; the i-th resolves this future and takes its i-th equal part."""
@@ -69,8 +78,8 @@ class DataProtoFuture:
             for i in range(chunks)
         ]
 
-    def get(self) -> DataProto:
-        """Block until every future is ready and return the collected (and dispatched) DataProto."""
+    def get(self) -> Batch:
+        """Block until every future is ready and return the collected (and dispatched) Batch."""
         values = [_resolve(item) for item in self.futures]
         ray = sys.modules.get("ray")  # an ObjectRef can only exist if Ray was imported by someone
         if ray is not None:

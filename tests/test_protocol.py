@@ -277,13 +277,40 @@ def test_union_compares_dict_and_array_elements_without_ambiguity_errors():
 
 
 # ---- concat, split, chunk, repeat ----
-def test_concat_joins_rows_and_merges_meta_info_first_part_winning():
-    parts = [make_proto(2, {"temperature": 1.0}), make_proto(3, {"temperature": 0.5, "validate": True})]
+def test_concat_joins_rows_and_merges_the_meta_info_keys_of_every_part():
+    parts = [make_proto(2, {"temperature": 1.0}), make_proto(3, {"temperature": 1.0, "validate": True})]
     joined = DataProto.concat(parts)
     assert len(joined) == 5
     assert row_ids(joined) == [0, 1, 0, 1, 2]
     assert joined.non_tensor_batch["uid"].tolist() == ["u0", "u1", "u0", "u1", "u2"]
     assert joined.meta_info == {"temperature": 1.0, "validate": True}
+
+
+def test_concat_rejects_parts_that_disagree_on_a_meta_info_value():
+    parts = [make_proto(2, {"temperature": 1.0}), make_proto(3, {"temperature": 0.5})]
+    with pytest.raises(ValueError, match="Conflicting values for meta_info key 'temperature'"):
+        DataProto.concat(parts)
+
+
+def test_concat_gathers_every_parts_metrics_into_lists_and_keeps_the_slowest_timing():
+    parts = [
+        make_proto(2, {"metrics": {"loss": 0.5}, "timing": {"gen": 1.0, "ref": 3.0}}),
+        make_proto(2, {"timing": {"gen": 2.0}}),
+        make_proto(2, {"metrics": [{"loss": 0.7}, {"loss": 0.9}], "timing": {"gen": 1.5}}),
+    ]
+    joined = DataProto.concat(parts)
+    assert joined.meta_info["metrics"] == {"loss": [0.5, 0.7, 0.9]}
+    assert joined.meta_info["timing"] == {"gen": 2.0, "ref": 3.0}
+
+
+def test_errors_of_dataproto_operations_are_also_assertion_errors_like_verls():
+    with pytest.raises(AssertionError):
+        make_proto(5).chunk(2)
+
+
+def test_chunk_with_auto_padding_cuts_near_equal_parts():
+    data = DataProto.from_dict({"x": torch.arange(5)}, auto_padding=True)
+    assert [part.batch["x"].tolist() for part in data.chunk(2)] == [[0, 1, 2], [3, 4]]
 
 
 def test_concat_with_different_keys_lists_the_differing_keys():
@@ -418,3 +445,23 @@ def test_repr_shows_length_keys_dtypes_and_shapes():
 def test_importing_the_protocol_does_not_import_ray():
     code = "import sys, hyflow.protocol; assert 'ray' not in sys.modules, 'ray was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_union_treats_nan_in_the_same_place_as_equal_and_a_different_value_as_a_conflict():
+    from hyflow.protocol import union_numpy_dict
+
+    mine = {"score": np.array([1.0, np.nan, 3.0])}
+    union_numpy_dict(mine, {"score": np.array([1.0, np.nan, 3.0]), "extra": np.array([1, 2, 3])})
+    assert set(mine) == {"score", "extra"}
+    with pytest.raises(AssertionError, match="`score` in tensor_dict1 and tensor_dict2 are not the same"):
+        union_numpy_dict(mine, {"score": np.array([np.nan, 1.0, 3.0])})
+
+
+def test_union_of_self_referencing_object_arrays_terminates():
+    from hyflow.protocol import union_numpy_dict
+
+    loop_a, loop_b = np.array([None], dtype=object), np.array([None], dtype=object)
+    loop_a[0], loop_b[0] = loop_a, loop_b
+    union_numpy_dict({"x": loop_a}, {"x": loop_b})
+    with pytest.raises(ValueError):
+        union_numpy_dict({"x": loop_a}, {"x": np.array([None], dtype=object)})

@@ -1,9 +1,11 @@
 """Tests for hyflow.protocol_future: DataProtoFuture collects, chunks, pickles and resolves Ray object refs."""
 
+import ast
 import pickle
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,3 +94,15 @@ def test_future_resolves_real_ray_object_refs():
     finally:
         if started_here:
             ray.shutdown()
+
+
+def test_the_future_module_imports_nothing_of_the_protocol_module_that_re_exports_it():
+    tree = ast.parse(Path(hyflow.protocol_future.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert not {name for name in imported if name and name.startswith("hyflow")}
+
+
+def test_future_concat_of_nothing_names_the_fix():
+    with pytest.raises(ValueError, match="one per rank"):
+        DataProtoFuture.concat([]).get()

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 if TYPE_CHECKING:
     from hyflow.agent.chat import MessageDelta

@@ -41,8 +41,8 @@ from hyflow.agent.parsers import ToolParser
 from hyflow.agent.server import AsyncLLMServer, ServerRouter
 from hyflow.agent.tools.registry import import_class, initialize_tools_from_config, read_yaml_list
 from hyflow.config.actor_rollout_ref import RolloutConfig
+from hyflow.engine.config import SamplingParams
 from hyflow.protocol import DataProto
-from hyflow.rollout.config import SamplingParams
 from hyflow.rollout.worker_rollout import row_sampling_params, sampling_for_batch
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ A parser is a `ToolParser` subclass registered by name and selected by `actor_ro
     class MyParser(ToolParser):
         def parse(self, text: str) -> ParsedToolCalls: ...
 
-    parser = ToolParser.get("hermes", tokenizer)
+    parser = ToolParser.get("hermes", tokenizer)    # also qwen3_coder, kimi_k2, gpt-oss (parser_formats.py)
     text, calls = parser.extract_tool_calls(response_ids)     # calls: list[FunctionCall]
 
 Parsers never raise on model output: a malformed call (bad JSON, no name, arguments not an object, an unclosed
@@ -47,6 +47,7 @@ class ToolParser(ABC):
     """Base class of tool-call formats. Subclasses implement `parse(text)`; decoding is shared."""
 
     _registry: ClassVar[dict[str, type[ToolParser]]] = {}
+    keep_special_tokens: ClassVar[bool] = False  # formats whose markers are special tokens (Kimi K2, harmony)
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -84,11 +85,12 @@ class ToolParser(ABC):
 
     def extract_tool_calls(self, response_ids: list[int]) -> tuple[str, list[FunctionCall]]:
         """Decode a model turn's token ids and return (text without the calls, the well-formed calls)."""
-        parsed = self.parse(self.tokenizer.decode(response_ids, skip_special_tokens=True))
+        text = self.tokenizer.decode(response_ids, skip_special_tokens=not self.keep_special_tokens)
+        parsed = self.parse(text)
         return parsed.text, parsed.calls
 
 
-def _to_function_call(payload: str) -> FunctionCall | None:
+def to_function_call(payload: str) -> FunctionCall | None:
     """A FunctionCall from a JSON `{"name": str, "arguments": object | JSON string}`, or None when malformed."""
     try:
         obj = json.loads(payload)
@@ -118,7 +120,7 @@ class HermesToolParser(ToolParser):
         calls: list[FunctionCall] = []
         num_malformed = 0
         for payload in self._BLOCK.findall(text):
-            call = _to_function_call(payload.strip())
+            call = to_function_call(payload.strip())
             if call is None:
                 num_malformed += 1
             else:
@@ -130,3 +132,7 @@ class HermesToolParser(ToolParser):
         if num_malformed:
             logger.debug("hermes parser skipped %d malformed tool call(s)", num_malformed)
         return ParsedToolCalls(text=rest.strip(), calls=calls, num_malformed=num_malformed)
+
+
+# The other built-in formats register themselves on import (after the base class above exists).
+from hyflow.agent import parser_formats  # noqa: E402, F401

@@ -9,22 +9,26 @@ An agent loop needs one call: generate tokens for a prompt, with the log-prob of
 this process (`trainer.backend=local`). `WorkerServer` reaches a rollout worker in another process (a Ray actor,
 `trainer.backend=ray`) through its async `generate_request` method: Ray runs concurrent calls of an async actor
 method concurrently on the worker's event loop, so all conversations routed to a worker share its engine's
-continuous batching. `ServerRouter` spreads conversations over several servers (one per rollout worker): the
-first turn of a conversation goes to the server with the fewest active conversations, and every later turn to the
-same one, so its prefix stays in that server's KV cache.
+continuous batching; a turn that does not return within `timeout_s` raises `WorkerTimeoutError` naming the
+worker's rank, node and method (the trainer passes `trainer.worker_call_timeout_s`). `ServerRouter` spreads
+conversations over several servers (one per rollout worker): the first turn of a conversation goes to the server
+with the fewest active conversations, and every later turn to the same one, so its prefix stays in that server's
+KV cache.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from hyflow.rollout.config import SamplingParams
+from hyflow.controller.errors import WorkerTimeoutError
+from hyflow.engine.config import SamplingParams
 
 if TYPE_CHECKING:
-    from hyflow.rollout.async_engine import AsyncLLMEngine
+    from hyflow.engine.async_engine import AsyncLLMEngine
     from hyflow.rollout.worker_rollout import EngineRollout
 
 FinishReason = Literal["stop", "length", "abort"]
@@ -77,14 +81,31 @@ class WorkerServer:
     through Ray. The worker must hold the actor's latest weights: the trainer brackets a batch of agent loops
     with the group's `rollout_mode()` / `trainer_mode()`."""
 
-    def __init__(self, handle: Any, method_name: str = "generate_request") -> None:
+    def __init__(
+        self,
+        handle: Any,
+        method_name: str = "generate_request",
+        timeout_s: float | None = None,
+        rank: int = 0,
+        node: str = "unknown",
+    ) -> None:
+        """`timeout_s` bounds each turn (None: no limit); `rank` and `node` name the worker in that error."""
         self.handle = handle
+        self.method_name = method_name
         self.method = getattr(handle, method_name)
+        self.timeout_s = timeout_s
+        self.rank, self.node = rank, node
         self._turns = itertools.count()
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
         turn_id = f"{request_id}/{next(self._turns)}"
-        return token_output(await self.method.remote(list(prompt_ids), sampling_params, turn_id))
+        pending = self.method.remote(list(prompt_ids), sampling_params, turn_id)
+        try:
+            return token_output(await asyncio.wait_for(pending, self.timeout_s))
+        except TimeoutError:
+            raise WorkerTimeoutError(
+                ranks=[self.rank], method=self.method_name, timeout_s=self.timeout_s, nodes=[self.node]
+            ) from None
 
 
 class ServerRouter:

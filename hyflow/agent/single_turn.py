@@ -8,7 +8,7 @@ from typing import Any
 
 from hyflow.agent.chat import encode_prompt
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, register_agent_loop
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 
 def prompt_ids_of(tokenizer: Any, row: dict[str, Any], tools: list[dict] | None = None) -> list[int]:

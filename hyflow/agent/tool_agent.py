@@ -31,7 +31,7 @@ from hyflow.agent.chat import encode_prompt, truncate_text
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
 from hyflow.agent.parsers import FunctionCall
 from hyflow.agent.tools.base import BaseTool
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 logger = logging.getLogger(__name__)
 

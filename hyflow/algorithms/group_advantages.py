@@ -23,9 +23,11 @@ __all__ = [
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
     "compute_opo_outcome_advantage",
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
     "group_ids",
 ]
 
@@ -74,6 +76,7 @@ def _broadcast(scores: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch
 
 
 @register_adv_est(AdvantageEstimator.GRPO)
+@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -139,6 +142,7 @@ def compute_grpo_passk_outcome_advantage(
 
 
 @register_adv_est(AdvantageEstimator.RLOO)
+@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -228,3 +232,8 @@ def compute_gpg_outcome_advantage(
         _, mean, _ = _group_stats(scores, ids, num_groups)
         alpha = len(scores) / torch.count_nonzero(scores).clamp_min(1).to(scores.dtype)
         return _broadcast(alpha * (scores - mean[ids]) / f_norm, response_mask)
+
+
+# verl's names for its vectorised GRPO and RLOO: the estimators above are vectorised over groups already.
+compute_grpo_vectorized_outcome_advantage = compute_grpo_outcome_advantage
+compute_rloo_vectorized_outcome_advantage = compute_rloo_outcome_advantage

@@ -15,7 +15,7 @@ and select them with `algorithm.adv_estimator=my_est` / `actor_rollout_ref.actor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from enum import Enum, StrEnum
 from typing import Any
 
@@ -36,10 +36,12 @@ class AdvantageEstimator(StrEnum):
 
     GAE = "gae"
     GRPO = "grpo"
+    GRPO_VECTORIZED = "grpo_vectorized"  # verl's name for its vectorised GRPO; hyflow's `grpo` is vectorised already
     REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
     REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
     REMAX = "remax"
     RLOO = "rloo"
+    RLOO_VECTORIZED = "rloo_vectorized"  # likewise the same estimator as `rloo`
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
@@ -54,8 +56,12 @@ def _same_function(a: Callable, b: Callable) -> bool:
     ) == getattr(b, "__qualname__", object())
 
 
-class Registry:
-    """A registry of named functions; `kind` and `config_key` make its error messages specific."""
+class Registry(MutableMapping[str, Callable[..., Any]]):
+    """A registry of named functions that behaves like verl's registry dicts (`in`, `[name]`, `len`, `clear`, ...).
+
+    `register` refuses a second, different function under a taken name; `lookup` is `[name]` with an error that
+    lists the registered names. `kind` and `config_key` make its messages specific.
+    """
 
     def __init__(self, kind: str, config_key: str) -> None:
         self.kind = kind
@@ -78,7 +84,7 @@ class Registry:
 
         return decorator
 
-    def get(self, name: str | Enum) -> Callable[..., Any]:
+    def lookup(self, name: str | Enum) -> Callable[..., Any]:
         """The function registered under `name`; ValueError listing the registered names otherwise."""
         key = self._key(name)
         if key not in self._fns:
@@ -91,6 +97,22 @@ class Registry:
     def names(self) -> list[str]:
         """The registered names, sorted."""
         return sorted(self._fns)
+
+    # ---- the mapping protocol (verl code reads and edits its registries as dicts) ----
+    def __getitem__(self, name: str | Enum) -> Callable[..., Any]:
+        return self._fns[self._key(name)]
+
+    def __setitem__(self, name: str | Enum, fn: Callable[..., Any]) -> None:
+        self._fns[self._key(name)] = fn
+
+    def __delitem__(self, name: str | Enum) -> None:
+        del self._fns[self._key(name)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fns)
+
+    def __len__(self) -> int:
+        return len(self._fns)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str | Enum) and self._key(name) in self._fns
@@ -115,7 +137,7 @@ def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[Callab
 
 def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> Callable[..., Any]:
     """The advantage estimator registered under `name_or_enum`."""
-    return ADV_ESTIMATOR_REGISTRY.get(name_or_enum)
+    return ADV_ESTIMATOR_REGISTRY.lookup(name_or_enum)
 
 
 def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
@@ -129,4 +151,4 @@ def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
 
 def get_policy_loss_fn(name: str) -> Callable[..., Any]:
     """The policy loss registered under `name`."""
-    return POLICY_LOSS_REGISTRY.get(name)
+    return POLICY_LOSS_REGISTRY.lookup(name)

@@ -13,7 +13,9 @@ from typing import Literal
 KLPenaltyType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 
 # Estimators that compare the n samples of one prompt with each other, so they need rollout.n > 1.
-GROUP_ADV_ESTIMATORS = frozenset({"grpo", "rloo", "grpo_passk", "reinforce_plus_plus_baseline", "opo", "gpg"})
+GROUP_ADV_ESTIMATORS = frozenset(
+    {"grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "grpo_passk", "reinforce_plus_plus_baseline", "opo", "gpg"}
+)
 
 
 @dataclass

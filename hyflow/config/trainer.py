@@ -54,6 +54,10 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: int | None = None  # None: keep all
     max_critic_ckpt_to_keep: int | None = None
     seed: int = 1
+    # Ray backend: seconds a worker-group call may take before the run stops with an error naming the ranks that did
+    # not answer, their nodes and the method (None: no limit; the local backend runs calls in-process, without one)
+    worker_call_timeout_s: float | None = 1800.0
+    worker_init_timeout_s: float | None = 3600.0  # the same for starting the workers and loading their models
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
 
     def __post_init__(self) -> None:

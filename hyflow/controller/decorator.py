@@ -253,8 +253,9 @@ def register(
 ) -> Callable[[Callable], Callable]:
     """Mark a `Worker` method as a worker-group method (see the module docstring for the modes).
 
-    `Dispatch.RANK_ZERO` implies `Execute.RANK_ZERO`. `blocking=False` makes the group call return a
-    `DataProtoFuture` at once; pass it to another group's method or call `.get()`.
+    `Dispatch.RANK_ZERO` implies `Execute.RANK_ZERO`. `blocking=False` makes the group call return at once:
+    a `DataProtoFuture` for DataProto modes (pass it to another group's method or call `.get()`), the per-rank
+    handles (Ray ObjectRefs, which `ray.get` accepts) for `ONE_TO_ALL` / `ALL_TO_ALL` / `RANK_ZERO`.
     """
     if not isinstance(dispatch_mode, (Dispatch, str, dict)):
         raise ValueError(

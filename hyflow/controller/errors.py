@@ -52,13 +52,21 @@ class WorkerDiedError(WorkerGroupError):
 
 
 class WorkerTimeoutError(WorkerGroupError):
-    """A call did not finish within its timeout."""
+    """A call did not finish within its timeout; `ranks` / `nodes` are the workers that had not answered."""
 
-    def __init__(self, *, rank: int, method: str, timeout_s: float) -> None:
+    def __init__(
+        self, *, ranks: list[int], method: str, timeout_s: float, nodes: list[str], world_size: int | None = None
+    ) -> None:
+        silent = ", ".join(f"rank {rank} on node {node}" for rank, node in zip(ranks, nodes, strict=True))
+        of = f" of {world_size}" if world_size is not None else ""
         message = (
-            f"worker rank {rank} did not finish {method!r} within {timeout_s:g} s. Raise the limit with "
-            f"`timeout=` on the call (or `timeout_s=` on the worker group), or look for a hang on that worker "
-            "(a collective waiting for a rank that never joined is the usual cause)."
+            f"{len(ranks)}{of} worker(s) did not finish {method!r} within {timeout_s:g} s: {silent}. A worker "
+            "that stopped responding (stopped, swapped out, or stuck in a collective waiting for a rank that never "
+            "joined) is the usual cause; look at those workers' logs (py-spy dump --pid shows where a live one is "
+            "stuck). If the work is just slow, raise the limit: trainer.worker_call_timeout_s "
+            "(trainer.worker_init_timeout_s for loading the models), or `timeout=` on the call."
         )
-        super().__init__(message, rank=rank, method=method)
+        super().__init__(message, rank=ranks[0], method=method)
+        self.ranks = list(ranks)
+        self.nodes = list(nodes)
         self.timeout_s = timeout_s

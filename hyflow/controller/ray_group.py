@@ -6,12 +6,17 @@
     wg.my_method(data)                              # dispatch → MyWorker.my_method on 4 actors → collect
 
 Rank r's actor is named `<name_prefix>_rank<r>` and starts with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT in its environment (rank 0 is created first and picks the rendezvous address). A new
+MASTER_ADDR and MASTER_PORT in its environment. The rendezvous address (rank 0's node and a free port there) is
+picked by a small task on that node before any actor starts, so every actor starts at once and a worker may join
+`torch.distributed` inside its `__init__`, as in verl. A new
 group can attach to running actors by name: `RayWorkerGroup.from_detached(name_prefix=..., ray_cls_with_init=...)`.
 
 Failures are turned into the errors of errors.py: a worker that raises → `WorkerError` with the rank, the method
 and the worker's traceback; a worker whose process dies → `WorkerDiedError` naming the rank and its node, as soon
-as Ray notices (the other ranks are not waited for); a call past its timeout → `WorkerTimeoutError`.
+as Ray notices (the other ranks are not waited for); a call past its timeout → `WorkerTimeoutError` naming every
+rank that had not answered and its node. `timeout_s` bounds every call (None: wait forever; `timeout=` on one call
+overrides it); `init_timeout_s` bounds starting the actors (their `__init__`), defaulting to `timeout_s`. A hung
+worker (e.g. a stopped process) is then ended with `kill()`, which Ray does with SIGKILL when the actor cannot exit.
 
 This module imports Ray; `hyflow.controller` loads it only when a Ray name is used.
 """
@@ -25,10 +30,11 @@ import uuid
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from hyflow.controller.errors import WorkerDiedError, WorkerError, WorkerTimeoutError
 from hyflow.controller.ray_pool import Bundle, RayResourcePool
+from hyflow.controller.worker import free_port, node_ip_address
 from hyflow.controller.worker_group import ClassWithInitArgs, WorkerGroup
 
 __all__ = ["RayWorkerGroup"]
@@ -39,18 +45,23 @@ RANK_TAG = "_rank"
 ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the first line of remote tracebacks
 
 
-def _rank_env(bundles: list[Bundle], rank: int, master: tuple[str, int] | None) -> dict[str, str]:
+def _rank_env(bundles: list[Bundle], rank: int, master: tuple[str, int]) -> dict[str, str]:
     """The distributed env vars of rank `rank`; LOCAL_* count the ranks on the same node."""
     same_node = [r for r, b in enumerate(bundles) if b.node_id == bundles[rank].node_id]
-    addr, port = master if master is not None else ("", 0)  # empty: rank 0 picks its own address
     return {
         "RANK": str(rank),
         "WORLD_SIZE": str(len(bundles)),
         "LOCAL_RANK": str(same_node.index(rank)),
         "LOCAL_WORLD_SIZE": str(len(same_node)),
-        "MASTER_ADDR": addr,
-        "MASTER_PORT": str(port) if port else "",
+        "MASTER_ADDR": master[0],
+        "MASTER_PORT": str(master[1]),
     }
+
+
+@ray.remote(num_cpus=0)
+def _pick_rendezvous() -> tuple[str, int]:
+    """(IP, free port) of the node this runs on: rank 0's `torch.distributed` rendezvous."""
+    return node_ip_address(), free_port()
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -64,6 +75,7 @@ class RayWorkerGroup(WorkerGroup):
         detached: bool = False,
         worker_names: list[str] | None = None,
         timeout_s: float | None = None,
+        init_timeout_s: float | None = None,
     ) -> None:
         """Create the actors on `resource_pool`, or attach to the running actors named in `worker_names`."""
         if ray_cls_with_init is None:
@@ -73,6 +85,7 @@ class RayWorkerGroup(WorkerGroup):
         super().__init__(ray_cls_with_init.cls, timeout_s=timeout_s)
         if not ray.is_initialized():
             raise RuntimeError("Ray is not initialised; call hyflow.controller.init_ray() before building a group.")
+        self._init_timeout_s = timeout_s if init_timeout_s is None else init_timeout_s
         self.name_prefix = name_prefix or f"{ray_cls_with_init.cls.__name__}_{uuid.uuid4().hex[:8]}"
         if worker_names is not None:
             self.worker_names = list(worker_names)
@@ -82,7 +95,12 @@ class RayWorkerGroup(WorkerGroup):
             self.workers = self._create_workers(resource_pool, ray_cls_with_init, detached)
         else:
             raise ValueError("RayWorkerGroup needs a resource_pool to create workers, or worker_names to attach to.")
-        infos = self._wait([w.get_node_info.remote() for w in self.workers], "__init__", self.timeout_s)
+        try:
+            infos = self._wait([w.get_node_info.remote() for w in self.workers], "__init__", self._init_timeout_s)
+        except BaseException:
+            if worker_names is None:  # ours: a group that failed to start leaves no actor running
+                self.kill()
+            raise
         self._nodes = [f"{info['ip']} ({info['hostname']})" for info in infos]
         self.worker_pids = [int(info["pid"]) for info in infos]
         self._bind_worker_methods(ray_cls_with_init.cls)
@@ -116,8 +134,10 @@ class RayWorkerGroup(WorkerGroup):
         remote_cls = ray.remote(cls_with_init.cls)
         user_options = dict(cls_with_init.options)
         user_env = dict(user_options.pop("runtime_env", None) or {})
+        strategy = NodeAffinitySchedulingStrategy(node_id=bundles[0].node_id, soft=False)
+        master_ref = _pick_rendezvous.options(scheduling_strategy=strategy).remote()
+        master = tuple(self._wait([master_ref], "__init__ (picking rank 0's rendezvous port)", self._init_timeout_s)[0])
         workers: list = []
-        master = None
         for rank, bundle in enumerate(bundles):
             runtime_env = {**user_env, "env_vars": {**user_env.get("env_vars", {}), **_rank_env(bundles, rank, master)}}
             options = {
@@ -132,14 +152,16 @@ class RayWorkerGroup(WorkerGroup):
             if detached:
                 options["lifetime"] = "detached"
             workers.append(remote_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs))
-            if rank == 0:
-                master = tuple(self._wait([workers[0].get_master_addr_port.remote()], "__init__", self.timeout_s)[0])
         logger.info("started %d %s workers (%s)", len(workers), cls_with_init.cls.__name__, self.name_prefix)
         return workers
 
     @property
     def world_size(self) -> int:
         return len(self.workers)
+
+    def node_of(self, rank: int) -> str:
+        """Where rank `rank` runs, as errors name it: "<ip> (<hostname>)"."""
+        return self._nodes[rank]
 
     def _submit(self, rank: int, method_name: str, args: tuple, kwargs: dict) -> ray.ObjectRef:
         return getattr(self.workers[rank], method_name).remote(*args, **kwargs)
@@ -154,7 +176,11 @@ class RayWorkerGroup(WorkerGroup):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, pending = ray.wait(pending, num_returns=1, timeout=remaining)
             if not ready:
-                raise WorkerTimeoutError(rank=rank_of[pending[0]], method=method_name, timeout_s=timeout_s)
+                silent = sorted(rank_of[ref] for ref in pending)
+                nodes = [self._nodes[rank] for rank in silent]
+                raise WorkerTimeoutError(
+                    ranks=silent, method=method_name, timeout_s=timeout_s, nodes=nodes, world_size=len(self._nodes)
+                )
             for ref in ready:
                 results[rank_of[ref]] = self._get_one(ref, rank_of[ref], method_name)
         return results

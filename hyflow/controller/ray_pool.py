@@ -6,10 +6,12 @@
 
 A pool makes one placement group per entry of `process_on_nodes` (STRICT_PACK: all of its bundles on one node)
 with one bundle per worker, and orders the placement groups by node IP, so that ranks are laid out node by node.
-A GPU bundle holds one GPU and `max_colocate_count` CPUs; up to `max_colocate_count` worker groups may share a
-bundle (each actor takes a 1/max_colocate_count share). A CPU bundle holds `num_cpus_per_worker` logical CPUs (0.1
-by default, so that a few workers fit on a 2-core laptop); on a multi-node CPU cluster raise it so that each
-placement group fills a node, since Ray places placement groups by free resources, not by node.
+Up to `max_colocate_count` worker groups (10 by default, as in verl) may share one pool: each actor takes a
+1/max_colocate_count share of its bundle, so the colocated and nested patterns (an actor group, a critic group and
+a reward-model group on the same devices) start without waiting for each other. A GPU bundle holds one GPU and
+`max_colocate_count` CPUs (verl's sizing). A CPU bundle holds `num_cpus_per_worker` logical CPUs (0.1 by default,
+so that a few workers fit on a 2-core laptop); on a multi-node CPU cluster raise it so that each placement group
+fills a node, since Ray places placement groups by free resources, not by node.
 
 This module imports Ray; `hyflow.controller` loads it only when a Ray name is used.
 """
@@ -71,7 +73,7 @@ class RayResourcePool:
         self,
         process_on_nodes: list[int] | None = None,
         use_gpu: bool = True,
-        max_colocate_count: int = 1,
+        max_colocate_count: int = 10,
         num_cpus_per_worker: float = 0.1,
         name_prefix: str = "",
         detached: bool = False,
@@ -104,7 +106,7 @@ class RayResourcePool:
         """What one bundle reserves."""
         if self.use_gpu:
             return {"CPU": float(self.max_colocate_count), "GPU": 1.0}
-        return {"CPU": self.num_cpus_per_worker * self.max_colocate_count}
+        return {"CPU": self.num_cpus_per_worker}
 
     def actor_options(self) -> dict[str, Any]:
         """The resources one actor asks for: its share of a bundle."""

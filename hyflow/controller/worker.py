@@ -10,8 +10,9 @@ A worker group starts each worker with the distributed environment in its proces
 and exposes `rank`, `world_size`, `local_rank`, `local_world_size`. `init_distributed()` starts
 `torch.distributed` from them: NCCL when CUDA is available, gloo otherwise.
 
-Rank 0 is created first; when it finds no `MASTER_ADDR`, it picks its own IP and a free port and publishes them in
-its environment, and the group hands them to the other ranks (`get_master_addr_port`).
+The Ray group picks the rendezvous address on rank 0's node before it starts any worker, so a worker may call
+`init_distributed()` (or `torch.distributed.init_process_group()`) inside its `__init__`. A rank 0 that finds no
+`MASTER_ADDR` (a process started outside a group, the local backend) picks its own IP and a free port.
 """
 
 from __future__ import annotations

@@ -26,7 +26,14 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hyflow.controller.decorator import REGISTER_ATTR, Execute, MethodSpec, collect_first, get_dispatch_mode
+from hyflow.controller.decorator import (
+    REGISTER_ATTR,
+    Execute,
+    MethodSpec,
+    collect_all,
+    collect_first,
+    get_dispatch_mode,
+)
 from hyflow.controller.worker import Worker
 from hyflow.protocol import DataProtoFuture
 
@@ -166,8 +173,18 @@ class WorkerGroup:
             handles = self.execute_all_async(method_name, *sharded.args, **sharded.kwargs)
             collect = _Collect(mode.collect_fn, sharded.pad_size)
         if not spec.blocking:
-            return GroupFuture(self, method_name, handles, collect)
+            return self._pending(method_name, handles, collect)
         return collect(self._wait(handles, method_name, timeout_s))
+
+    def _pending(self, method_name: str, handles: list, collect: _Collect) -> Any:
+        """What a `blocking=False` call returns, as in verl: the handles themselves when the result is per rank (a
+        list of Ray ObjectRefs that `ray.get` accepts; rank 0's one ref for rank-zero calls), else a `GroupFuture`
+        (a `DataProtoFuture`: `.get()`, or pass it to another group)."""
+        if collect.collect_fn is collect_first:
+            return handles[0]
+        if collect.collect_fn is collect_all:
+            return list(handles)
+        return GroupFuture(self, method_name, handles, collect)
 
     def _rank_args(self, rank: int, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Rank `rank`'s arguments: lists of `world_size` items are sliced, other values go as they are."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from hyflow import fields as F
+from hyflow.engine.config import SamplingParams
+from hyflow.engine.sequence import CompletionOutput
 from hyflow.protocol import DataProto
 from hyflow.rollout.batch import pack_responses
-from hyflow.rollout.config import SamplingParams
-from hyflow.rollout.sequence import CompletionOutput
 
 
 def _generate_kwargs(params: SamplingParams, eos_ids: list[int], pad_id: int) -> dict[str, Any]:

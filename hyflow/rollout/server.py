@@ -24,10 +24,10 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from hyflow.rollout.async_engine import AsyncLLMEngine
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.sequence import RequestOutput
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.sequence import RequestOutput
 
 logger = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ import torch
 from torch import nn
 
 from hyflow import fields as F
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.models import is_supported
+from hyflow.engine.sequence import CompletionOutput, RequestOutput
 from hyflow.protocol import DataProto
-from hyflow.rollout.async_engine import AsyncLLMEngine
 from hyflow.rollout.batch import pack_responses, unpadded_prompts
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
 from hyflow.rollout.hf_rollout import HFRollout
-from hyflow.rollout.models import is_supported
-from hyflow.rollout.sequence import CompletionOutput, RequestOutput
 
 logger = logging.getLogger(__name__)
 

@@ -110,7 +110,11 @@ class GroupFilter:
                 self.num_gen_batches,
             )
             return None
-        full = DataProto.concat(self._parts)[: self.train_batch_size * self.n]
+        # Rows from several generation batches: their meta_info (seed, per-row token counts) differs, so the rows
+        # are joined alone and the first batch's settings kept; the trainer recounts the tokens of the kept rows.
+        rows = [DataProto(batch=part.batch, non_tensor_batch=part.non_tensor_batch) for part in self._parts]
+        full = DataProto.concat(rows)[: self.train_batch_size * self.n]
+        full.meta_info = dict(self._parts[0].meta_info)
         self.last_metrics = {
             "train/num_gen_batches": float(self.num_gen_batches),
             "train/kept_group_ratio": self.num_groups / max(self.num_groups_seen, 1),

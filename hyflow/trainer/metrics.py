@@ -58,14 +58,17 @@ def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
 def reduce_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
     """The mean of each metric's values, e.g. a worker's `{"actor/pg_loss": [one per optimizer step]}`.
 
-    A single number passes through; an empty list is dropped (the stage did not run).
+    A single number passes through; nested lists (one list per rank, as `DataProto.concat` gathers them) are
+    flattened first; an empty list is dropped (the stage did not run).
     """
     reduced = {}
     for name, values in metrics.items():
         if isinstance(values, int | float | np.number):
             reduced[name] = float(values)
-        elif len(values) > 0:
-            reduced[name] = float(np.mean(values))
+            continue
+        flat = np.concatenate([np.ravel(np.asarray(v, dtype=float)) for v in values]) if len(values) else []
+        if len(flat) > 0:
+            reduced[name] = float(np.mean(flat))
     return reduced
 
 

@@ -11,6 +11,11 @@ the same processes, so the actor, the rollout engine, the reference policy, the 
 rank live in one process and hand memory to each other. `trainer.backend=local` builds the same fused class in
 this process (world size 1), for one device, tests and debugging; `trainer.backend=ray` starts one Ray actor per
 device (CPU processes when `trainer.device=cpu`).
+
+Hangs become errors on the Ray backend: every group call is bounded by `trainer.worker_call_timeout_s`, and
+starting the workers and `init_model` by `trainer.worker_init_timeout_s`; past it the call raises
+`WorkerTimeoutError` naming the ranks that did not answer, their nodes and the method, and `shutdown()` (which
+`run` always reaches) kills every worker, stopped ones included. Local calls run in this process and have no limit.
 """
 
 from __future__ import annotations
@@ -69,7 +74,11 @@ class WorkerGroups:
         if isinstance(self._fused, LocalWorkerGroup):
             return [LocalEngineServer(self.local_role(ACTOR_ROLLOUT).rollout)]
         method = f"{ACTOR_ROLLOUT}{ROLE_SEPARATOR}generate_request"  # the colocated worker's forwarding method
-        return [WorkerServer(handle, method) for handle in self._fused.workers]
+        group = self._fused
+        return [
+            WorkerServer(handle, method, timeout_s=group.timeout_s, rank=rank, node=group.node_of(rank))
+            for rank, handle in enumerate(group.workers)
+        ]
 
     def shutdown(self) -> None:
         """End the Ray workers and give their placement groups back; on the local backend, leave the
@@ -109,7 +118,19 @@ def _ray_group(config: PPOTrainerConfig, fused: ClassWithInitArgs) -> tuple[Work
     use_gpu = config.trainer.device == "cuda"
     nodes = [config.trainer.n_gpus_per_node] * config.trainer.nnodes
     pool = RayResourcePool(nodes, use_gpu=use_gpu, name_prefix=f"{config.trainer.experiment_name}_")
-    return RayWorkerGroup(pool, fused, name_prefix=f"hyflow_{config.trainer.experiment_name}"), pool
+    name_prefix, trainer = f"hyflow_{config.trainer.experiment_name}", config.trainer
+    try:
+        group = RayWorkerGroup(
+            pool,
+            fused,
+            name_prefix=name_prefix,
+            timeout_s=trainer.worker_call_timeout_s,
+            init_timeout_s=trainer.worker_init_timeout_s,
+        )
+    except BaseException:
+        pool.remove()
+        raise
+    return group, pool
 
 
 def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
@@ -124,10 +145,7 @@ def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
         fused_group, pool = _ray_group(config, fused)
     groups = fused_group.spawn(prefix_set=list(roles))
     logger.info("placement: roles %s on %d %s worker(s)", list(roles), fused_group.world_size, backend)
-    for role in (CRITIC, REWARD_MODEL, ACTOR_ROLLOUT):  # the actor last: its engine sizes the KV cache on what is left
-        if role in groups:
-            groups[role].init_model()
-    return WorkerGroups(
+    workers = WorkerGroups(
         actor_rollout=groups[ACTOR_ROLLOUT],
         critic=groups.get(CRITIC),
         reward_model=groups.get(REWARD_MODEL),
@@ -137,3 +155,11 @@ def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
         _pool=pool,
         _owns_process_group=owns_process_group,
     )
+    try:
+        for role in (CRITIC, REWARD_MODEL, ACTOR_ROLLOUT):  # the actor last: its engine sizes the KV cache on the rest
+            if role in groups:
+                groups[role].init_model(timeout=config.trainer.worker_init_timeout_s)
+    except BaseException:  # the caller never gets the groups: end the workers here, so nothing is left running
+        workers.shutdown()
+        raise
+    return workers

@@ -12,8 +12,10 @@ The old_log_prob stage is skipped when the update is exactly on-policy (one opti
 else reading the old log-probs, `PPOTrainerConfig.recompute_old_log_prob`): the update then takes them from its
 own forward, and `timing_s/old_log_prob` is absent from the step's metrics.
 
-then validation every `trainer.test_freq` steps and a checkpoint every `trainer.save_freq` steps (and at the
-end). ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
+then validation every `trainer.test_freq` steps, the step's metrics line, and a checkpoint every
+`trainer.save_freq` steps (and at the end): the line is written before the checkpoint, so a run killed right after
+a save never lacks the metrics of the step it resumes after (the save's duration goes to the log, not the line).
+ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
 generates and scores more batches until enough groups with varying rewards are found (`_training_batches`).
 The controller holds no weights: the math here is the light, batch-level kind (`ppo_ops`, `metrics`).
 """
@@ -113,6 +115,7 @@ class PPOTrainer:
         self.checkpoints = StepCheckpoints(
             trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep
         )
+        self.checkpoints.ensure_writable()  # a bad default_local_dir fails now, not at the first save
         self.validator: Validator | None = None
         if config.data.val_files:
             val_loader = build_dataloader(self._dataset(config.data.val_files, "val"), config.data, train=False)
@@ -184,10 +187,11 @@ class PPOTrainer:
         for epoch, batch, timing, started in self._training_batches():
             self.global_step += 1
             batch, metrics = self.train_step(batch, timing)
-            metrics.update(self._periodic(timing))
+            metrics.update(self._validate_if_due(timing))
             timing["step"] = time.perf_counter() - started
             metrics.update(self._step_metrics(batch, timing, epoch))
-            self.tracking.log(metrics, step=self.global_step)
+            self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
+            self._save_if_due()
             progress.update(1)
             if self.global_step >= self.total_training_steps:
                 break
@@ -211,6 +215,7 @@ class PPOTrainer:
                     batch = self.group_filter.add(batch)
                     if batch is None:
                         continue
+                    batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
                 yield epoch, batch, timing, started
                 timing, started, num_gen_batches = {}, time.perf_counter(), 0
         logger.info("all %d epochs done at step %d", self.config.trainer.total_epochs, self.global_step)
@@ -226,7 +231,7 @@ class PPOTrainer:
         meta = {F.TEMPERATURE: rollout.temperature, F.DO_SAMPLE: rollout.do_sample, F.SEED: seed}
         with timer("gen", timing):
             output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
-        self._rollout_metrics = dict(output.meta_info.get(F.METRICS, {}))  # agent loops: turns, finish reasons
+        self._rollout_metrics = reduce_metrics(output.meta_info.get(F.METRICS, {}))  # per rank: turns, graphs, ...
         timing.update(output.meta_info.get(F.TIMING, {}))  # the worker's phases: gen/rollout_mode, gen/generate, ...
         batch = stages.merge_generation(batch, output)
         if F.RESPONSE_MASK not in batch.batch.keys():  # noqa: SIM118
@@ -343,19 +348,22 @@ class PPOTrainer:
         )
 
     # ---- after the update -------------------------------------------------------------------------------
-    def _periodic(self, timing: dict[str, float]) -> dict[str, float]:
-        """Validation every `test_freq` steps, a checkpoint every `save_freq` steps (both also at the last step;
-        -1 turns either off, as in verl)."""
+    def _validate_if_due(self, timing: dict[str, float]) -> dict[str, float]:
+        """Validation metrics every `trainer.test_freq` steps and at the last step ({} otherwise)."""
         trainer, step = self.config.trainer, self.global_step
         last = step >= self.total_training_steps
-        metrics: dict[str, float] = {}
-        if self.validator is not None and trainer.test_freq > 0 and (last or step % trainer.test_freq == 0):
-            with timer("testing", timing):
-                metrics = self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
-        if trainer.save_freq > 0 and (last or step % trainer.save_freq == 0):
-            with timer("save_checkpoint", timing):
-                self.save_checkpoint()
-        return metrics
+        if self.validator is None or trainer.test_freq <= 0 or not (last or step % trainer.test_freq == 0):
+            return {}
+        with timer("testing", timing):
+            return self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
+
+    def _save_if_due(self) -> None:
+        """A checkpoint every `trainer.save_freq` steps and at the last step; none with save_freq=-1 (as in verl)."""
+        trainer, step = self.config.trainer, self.global_step
+        if trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= self.total_training_steps):
+            started = time.perf_counter()
+            self.save_checkpoint()
+            logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)
 
     def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:
         metrics = {"training/global_step": float(self.global_step), "training/epoch": float(epoch)}

@@ -95,6 +95,9 @@ class SFTTrainer:
         if model_config.custom_chat_template:
             self.tokenizer.chat_template = model_config.custom_chat_template
         self._build_data()
+        self.steps = StepCheckpoints(config.trainer.default_local_dir, config.trainer.max_ckpt_to_keep)
+        if self.rank == 0:
+            self.steps.ensure_writable()  # a bad default_local_dir fails before the model loads
         mesh = build_device_mesh()
         self.module = builders.build_policy(model_config, model_config.fsdp_config, mesh, path, trainable=True)
         optim_config = dataclasses.replace(config.optim, total_training_steps=self.total_steps)
@@ -103,7 +106,6 @@ class SFTTrainer:
         self.shards = ShardCheckpointer(
             self.module, self.optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
         )
-        self.steps = StepCheckpoints(config.trainer.default_local_dir, config.trainer.max_ckpt_to_keep)
         self.global_step = 0
 
     # ---- data ----

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_state_dict,
@@ -84,8 +85,14 @@ def read_checkpoint_info(path: str | os.PathLike) -> dict[str, Any]:
             "that produced it did not finish (or it is not a hyflow checkpoint). Nothing was loaded or changed; "
             "resume from an earlier checkpoint or delete this folder."
         )
-    with open(marker) as f:
-        return json.load(f)
+    try:
+        with open(marker) as f:
+            return json.load(f)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(
+            f"checkpoint {path!r}: {MARKER_FILE} is corrupt ({type(error).__name__}: {error}), so what the folder "
+            "holds is unknown. Nothing was loaded; resume from an earlier checkpoint."
+        ) from None
 
 
 def check_contents(contents: list[str], key: str) -> list[str]:
@@ -164,8 +171,7 @@ class ShardCheckpointer:
         contents = [c for c in self.load_contents if c in info["contents"]]
         state = self._sharded_state(contents)
         if state:
-            with _single_process_ok():
-                dcp.load(state, checkpoint_id=os.path.join(path, "dcp"))
+            _load_shards(state, os.path.join(path, "dcp"))
             if "model" in state:
                 set_model_state_dict(self.model, state["model"])
             if "optimizer" in state:
@@ -180,10 +186,39 @@ class ShardCheckpointer:
         if not os.path.isfile(file):
             logger.warning("%s has no extra state for rank %d (other world size?); skipping it", path, _rank())
             return
-        extra = torch.load(file, weights_only=False)
+        try:
+            extra = torch.load(file, weights_only=False)
+        except Exception as error:
+            raise ValueError(_unreadable(file, error)) from None
         set_rng_state(extra["rng"])
         if self.lr_scheduler is not None and "lr_scheduler" in extra:
             self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+
+
+def _unreadable(what: str, error: BaseException) -> str:
+    if isinstance(error, CheckpointException) and error.failures:  # {rank: (exception, traceback)}: the first cause
+        first = next(iter(error.failures.values()))
+        error = first[0] if isinstance(first, tuple) else first
+    detail = (str(error).strip().splitlines() or [""])[0][:200]
+    cause = f"{type(error).__name__}: {detail}" if detail else type(error).__name__
+    return (
+        f"checkpoint file {what} is unreadable ({cause}): it is truncated or corrupt. Resume from an earlier "
+        "checkpoint (trainer.resume_mode=auto skips a damaged one when the step has a checksums.json)."
+    )
+
+
+def _load_shards(state: dict[str, Any], folder: str) -> None:
+    """dcp.load into `state`, naming `.metadata` or the shard folder when a file is damaged."""
+    metadata = os.path.join(folder, ".metadata")
+    try:
+        dcp.FileSystemReader(folder).read_metadata()
+    except Exception as error:
+        raise ValueError(_unreadable(metadata, error)) from None
+    try:
+        with _single_process_ok():
+            dcp.load(state, checkpoint_id=folder)
+    except (Exception, CheckpointException) as error:  # DCP's error derives from BaseException
+        raise ValueError(_unreadable(f"{folder}/__*.distcp (a shard)", error)) from None
 
 
 @contextlib.contextmanager

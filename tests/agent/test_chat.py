@@ -10,7 +10,7 @@ from hyflow.agent.chat import MessageDelta, encode_prompt, render, truncate_text
 from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
 from hyflow.agent.tool_agent import ToolAgentLoop
 from hyflow.agent.tools.calculator import CalculatorTool
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 pytestmark = pytest.mark.timeout(60)
 

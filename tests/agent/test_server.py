@@ -13,12 +13,13 @@ from hyflow import fields as F
 from hyflow.agent.manager import AgentLoopManager
 from hyflow.agent.server import LocalEngineServer, ServerRouter, TokenOutput, WorkerServer
 from hyflow.config.actor_rollout_ref import RolloutConfig
+from hyflow.controller import WorkerTimeoutError
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.sequence import CompletionOutput
 from hyflow.models.tiny import build_tiny_model
 from hyflow.protocol import DataProto
-from hyflow.rollout.async_engine import AsyncLLMEngine
-from hyflow.rollout.config import EngineConfig, SamplingParams
-from hyflow.rollout.engine import LLMEngine
-from hyflow.rollout.sequence import CompletionOutput
 from hyflow.rollout.worker_rollout import EngineRollout
 
 
@@ -152,3 +153,19 @@ def test_worker_server_calls_the_workers_async_method_once_per_turn_and_converts
     calls = handle.actor_rollout__generate_request.calls
     assert [request_id for _, _, request_id in calls] == ["conv/0", "conv/1"]  # one engine request per turn
     assert calls[0][1].max_tokens == 4
+
+
+class SilentActorMethod:
+    """A Ray actor method of a worker that stopped: the call never returns."""
+
+    def remote(self, prompt_ids, sampling_params, request_id):
+        return asyncio.Event().wait()
+
+
+def test_worker_server_turns_a_turn_that_never_returns_into_a_timeout_error_naming_the_worker():
+    handle = type("Handle", (), {"actor_rollout__generate_request": SilentActorMethod()})()
+    server = WorkerServer(handle, "actor_rollout__generate_request", timeout_s=0.05, rank=1, node="10.0.0.2 (b)")
+
+    with pytest.raises(WorkerTimeoutError, match=r"rank 1 on node 10\.0\.0\.2 \(b\)") as caught:
+        asyncio.run(server.generate("conv", [1, 2], SamplingParams(max_tokens=4)))
+    assert (caught.value.ranks, caught.value.method) == ([1], "actor_rollout__generate_request")

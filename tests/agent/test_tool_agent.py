@@ -11,7 +11,7 @@ from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
 from hyflow.agent.tool_agent import TOOL_ERROR_PREFIX, ToolAgentLoop
 from hyflow.agent.tools.base import BaseTool, ToolResponse
 from hyflow.agent.tools.calculator import CalculatorTool
-from hyflow.rollout.config import SamplingParams
+from hyflow.engine.config import SamplingParams
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -71,3 +71,31 @@ def test_unknown_names_raise_errors_that_list_the_registered_names():
         get_adv_estimator_fn("nope")
     with pytest.raises(ValueError, match=r"loss_mode='nope'.*'gspo'.*'vanilla'"):
         get_policy_loss_fn("nope")
+
+
+def test_the_registries_read_and_edit_like_verls_dicts():
+    from hyflow.algorithms import ADV_ESTIMATOR_REGISTRY, compute_grpo_outcome_advantage
+
+    assert ADV_ESTIMATOR_REGISTRY["grpo"] is compute_grpo_outcome_advantage
+    assert "gae" in ADV_ESTIMATOR_REGISTRY and "gae" in list(ADV_ESTIMATOR_REGISTRY)
+    assert ADV_ESTIMATOR_REGISTRY.get("no_such_estimator") is None
+    before = len(ADV_ESTIMATOR_REGISTRY)
+    ADV_ESTIMATOR_REGISTRY["doubled"] = compute_grpo_outcome_advantage
+    try:
+        assert len(ADV_ESTIMATOR_REGISTRY) == before + 1
+    finally:
+        del ADV_ESTIMATOR_REGISTRY["doubled"]
+    assert "doubled" not in ADV_ESTIMATOR_REGISTRY
+
+
+def test_verls_vectorized_estimator_names_select_the_same_vectorised_estimators():
+    from hyflow.algorithms import (
+        compute_grpo_outcome_advantage,
+        compute_grpo_vectorized_outcome_advantage,
+        compute_rloo_outcome_advantage,
+        get_adv_estimator_fn,
+    )
+
+    assert get_adv_estimator_fn("grpo_vectorized") is compute_grpo_outcome_advantage
+    assert get_adv_estimator_fn("rloo_vectorized") is compute_rloo_outcome_advantage
+    assert compute_grpo_vectorized_outcome_advantage is compute_grpo_outcome_advantage

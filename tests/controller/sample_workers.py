@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 
@@ -46,6 +47,14 @@ class RankWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
     def double_later(self, data: DataProto) -> DataProto:
         return DataProto.from_dict({"x": data.batch["x"] * 2})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def add_rank_later(self, value: int) -> int:
+        return value + self.rank
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO, blocking=False)
+    def rank_zero_later(self) -> int:
+        return self.rank
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
     def apply(self, func, data: DataProto) -> DataProto:
@@ -117,3 +126,16 @@ class BrokenWorker(Worker):
 
     def __init__(self) -> None:
         raise ValueError("actor.clip_ratio=-1: it must be positive")
+
+
+class EagerDistributedWorker(Worker):
+    """Joins torch.distributed in `__init__` (with the env vars the group set), as verl's workers may."""
+
+    def __init__(self) -> None:
+        dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=60))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sum_of_ranks(self) -> float:
+        value = torch.tensor([float(self.rank)])
+        dist.all_reduce(value)
+        return float(value.item())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -15,6 +17,7 @@ from hyflow.controller import (
     WorkerError,
     WorkerTimeoutError,
 )
+from tests.process_kit import wait_until_gone
 
 from .sample_workers import BrokenWorker, RankWorker
 
@@ -57,8 +60,9 @@ class TestOnRay:
         assert group.add_rank(0) == [0, 1]  # the group is still usable
 
     def test_a_call_past_its_timeout_raises_a_timeout_error(self, group):
-        with pytest.raises(WorkerTimeoutError, match=r"did not finish 'sleep' within 0\.5 s"):
+        with pytest.raises(WorkerTimeoutError, match=r"did not finish 'sleep' within 0\.5 s") as caught:
             group.sleep(2.0, timeout=0.5)
+        assert caught.value.ranks == [0, 1]
         assert group.sleep(0.0) == [0.0, 0.0]  # waits for the slow call to drain, then works
 
     def test_a_worker_whose_init_raises_fails_group_creation_with_the_init_traceback(self, ray_session):
@@ -74,3 +78,21 @@ class TestOnRay:
         assert time.monotonic() - start < 60
         assert caught.value.rank == 1
         wg.kill()
+
+    def test_a_stopped_worker_is_named_by_rank_node_and_method_and_kill_ends_it(self, ray_session):
+        wg = RayWorkerGroup(
+            RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(RankWorker), timeout_s=2, init_timeout_s=120
+        )
+        stopped = wg.worker_pids[1]
+        os.kill(stopped, signal.SIGSTOP)  # alive to the OS and to Ray, but it never answers
+        try:
+            with pytest.raises(WorkerTimeoutError) as caught:
+                wg.add_rank(0)
+            assert (caught.value.ranks, caught.value.method) == ([1], "add_rank")
+            assert caught.value.nodes == [wg._nodes[1]]
+            message = str(caught.value)
+            assert f"1 of 2 worker(s) did not finish 'add_rank' within 2 s: rank 1 on node {wg._nodes[1]}." in message
+            assert "trainer.worker_call_timeout_s" in str(caught.value)
+        finally:
+            wg.kill()
+        assert wait_until_gone(wg.worker_pids), "ray.kill left a worker process running"

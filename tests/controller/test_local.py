@@ -90,3 +90,9 @@ def test_a_class_that_is_not_a_worker_is_rejected_with_the_fix():
 
     with pytest.raises(ValueError, match=r"does not subclass hyflow\.controller\.Worker"):
         LocalWorkerGroup(Plain)
+
+
+def test_a_non_blocking_per_rank_call_on_the_local_backend_returns_the_results_themselves():
+    wg = LocalWorkerGroup(RankWorker)
+    assert wg.add_rank_later(5) == [5]
+    assert wg.rank_zero_later() == 0

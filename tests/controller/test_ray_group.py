@@ -9,7 +9,7 @@ import torch
 from hyflow.controller import LocalWorkerGroup, RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from hyflow.protocol import DataProto
 
-from .sample_workers import RankWorker
+from .sample_workers import EagerDistributedWorker, RankWorker
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -98,6 +98,12 @@ def test_a_non_blocking_result_feeds_another_group_without_collecting_it_first(t
     assert future.get().batch["x"].tolist() == (torch.arange(8) * 2).tolist()
 
 
+def test_a_non_blocking_per_rank_result_is_what_ray_get_accepts(two_workers, ray_session):
+    refs = two_workers.add_rank_later(5)
+    assert ray_session.get(refs) == [5, 6]
+    assert ray_session.get(two_workers.rank_zero_later()) == 0
+
+
 def test_a_group_attaches_to_running_workers_by_name_prefix(four_workers):
     attached = RayWorkerGroup.from_detached(name_prefix="four", ray_cls_with_init=RayClassWithInitArgs(RankWorker))
     assert attached.world_size == 4
@@ -126,3 +132,23 @@ def test_the_local_backend_gives_the_same_results_as_ray(two_workers):
     assert local.add_rank(10) == two_workers.add_rank(10)[:1]
     assert local.describe("x")[:2] == two_workers.describe("x")[:2]
     assert local.echo(["only"])[0][1] == "only"
+
+
+def test_several_groups_share_one_pool_by_default_each_in_its_own_processes(ray_session):
+    pool = RayResourcePool([2], use_gpu=False)
+    groups = [RayWorkerGroup(pool, RayClassWithInitArgs(RankWorker), timeout_s=60) for _ in range(3)]
+    try:
+        assert [wg.add_rank(0) for wg in groups] == [[0, 1]] * 3
+        assert len({pid for wg in groups for pid in wg.worker_pids}) == 6
+    finally:
+        for wg in groups:
+            wg.kill()
+        pool.remove()
+
+
+def test_workers_may_join_torch_distributed_inside_their_init(ray_session):
+    wg = RayWorkerGroup(RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(EagerDistributedWorker), timeout_s=60)
+    try:
+        assert wg.sum_of_ranks() == [1.0, 1.0]
+    finally:
+        wg.kill()

@@ -1,107 +1,14 @@
-"""Test kit for the rollout tests: tiny Hugging Face models of each decoder family, built from config with a
-fixed seed (nothing downloaded), the `transformers` greedy reference, left-padded prompt batches, and the engine's
-outputs compared run against run."""
+"""Test kit for the rollout tests: prompts left-padded into a `DataProto` as the trainer hands them to the rollout
+(the engine's tiny models and references come from `tests/engine/engine_testkit.py`)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-import pytest
 import torch
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
 
 from hyflow import fields as F
 from hyflow.protocol import DataProto
 
 PAD = 0
-
-# Triton kernel tests run on CUDA, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1 with triton
-# installed); CI's CPU machine has no Triton, so they skip there.
-TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-needs_triton = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None
-    or not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"),
-    reason="needs Triton and CUDA (or TRITON_INTERPRET=1)",
-)
-
-FAMILIES = {
-    "llama": (LlamaConfig, LlamaForCausalLM),
-    "mistral": (MistralConfig, MistralForCausalLM),
-    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
-}
-
-
-def make_tiny_hf_model(family: str = "qwen2", seed: int = 0, **overrides) -> torch.nn.Module:
-    """A tiny randomly initialised `transformers` causal LM (fp32, eval mode) of one family."""
-    config_cls, model_cls = FAMILIES[family]
-    kwargs = dict(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=family == "qwen2",
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    if family == "qwen3":
-        kwargs["head_dim"] = 16
-    kwargs.update(overrides)
-    config = config_cls(**kwargs)
-    config.architectures = [model_cls.__name__]
-    torch.manual_seed(seed)
-    model = model_cls(config).eval()
-    # Larger-than-default init so the tiny models have peaked, distinguishable next-token distributions.
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.2)
-    return model
-
-
-def hf_greedy(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """Greedy continuation by `transformers.generate` (the reference)."""
-    out = model.generate(
-        torch.tensor([prompt]),
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        eos_token_id=None,
-        pad_token_id=0,
-        min_new_tokens=max_new_tokens,
-    )
-    return out[0, len(prompt) :].tolist()
-
-
-def engine_outputs(engine, prompts: list[list[int]], params) -> list[list[tuple]]:
-    """`engine.generate`'s outputs per request, per sample: (token ids, finish reason, log-probs, raw log-probs)."""
-    return [
-        [(o.token_ids, o.finish_reason, o.log_probs, o.raw_log_probs) for o in request.outputs]
-        for request in engine.generate(prompts, params)
-    ]
-
-
-def assert_same_outputs(actual: list[list[tuple]], expected: list[list[tuple]]) -> None:
-    """Equal tokens and finish reasons, log-probs (and raw ones, when expected) equal to 1e-5."""
-    assert [[s[:2] for s in r] for r in actual] == [[s[:2] for s in r] for r in expected]
-    for actual_request, expected_request in zip(actual, expected):
-        for (_, _, log_probs, raw), (_, _, expected_log_probs, expected_raw) in zip(actual_request, expected_request):
-            torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(expected_log_probs), atol=1e-5, rtol=1e-5)
-            if expected_raw is not None:
-                torch.testing.assert_close(torch.tensor(raw), torch.tensor(expected_raw), atol=1e-5, rtol=1e-5)
 
 
 def prompt_batch(prompts: list[list[int]], **meta) -> DataProto:

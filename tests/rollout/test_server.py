@@ -10,9 +10,9 @@ import urllib.request
 import pytest
 from transformers import AutoTokenizer
 
+from hyflow.engine.config import EngineConfig
+from hyflow.engine.engine import LLMEngine
 from hyflow.models.tiny import build_tiny_model
-from hyflow.rollout.config import EngineConfig
-from hyflow.rollout.engine import LLMEngine
 from hyflow.rollout.server import EngineServer
 
 

@@ -13,7 +13,8 @@ from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.rollout.hf_rollout import HFRollout
 from hyflow.rollout.worker_rollout import EngineRollout, build_rollout
 
-from .rollout_testkit import PAD, hf_greedy, make_tiny_hf_model, prompt_batch
+from ..engine.engine_testkit import hf_greedy, make_tiny_hf_model
+from .rollout_testkit import PAD, prompt_batch
 
 PROMPTS = [[5, 9, 13, 17, 21, 3], [11, 4, 8], [30, 31, 32, 33]]
 

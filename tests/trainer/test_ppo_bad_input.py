@@ -111,3 +111,10 @@ def test_a_training_batch_larger_than_what_the_length_filter_leaves_is_rejected_
 
     with pytest.raises(ValueError, match=r"is larger than the training set|no rows left"):
         PPOTrainer(config)
+
+
+def test_an_unwritable_checkpoint_folder_stops_the_trainer_before_any_worker_starts(assets, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    config = tiny_config(assets, tmp_path, f"trainer.default_local_dir={tmp_path / 'a_file' / 'ckpt'}")
+    with pytest.raises(ValueError, match=r"trainer\.default_local_dir=.* is not writable"):
+        PPOTrainer(config)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from hyflow.trainer.checkpoint_manifest import MANIFEST_FILE
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
 
@@ -86,3 +88,40 @@ def test_a_run_resumed_from_its_last_checkpoint_reaches_the_same_metrics(assets,
 
     assert min(resumed) == 3  # it went on from step 2's checkpoint
     assert_metrics_match(resumed[3], uninterrupted[3])
+
+
+@pytest.mark.timeout(240)
+def test_a_damaged_latest_checkpoint_resumes_from_the_one_before_and_reaches_the_same_metrics(assets, tmp_path, caplog):
+    common = ["trainer.total_training_steps=2", "trainer.save_freq=1"]
+    uninterrupted = run_steps(assets, tmp_path, *common)
+    latest = tmp_path / "ckpt" / "global_step_2"
+    assert (latest / MANIFEST_FILE).is_file() and not list(tmp_path.rglob("*.tmp"))
+    metadata = latest / "actor" / "dcp" / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:-1])  # truncated (a full disk, a partial copy)
+
+    with caplog.at_level(logging.WARNING, logger="hyflow.trainer.checkpoint_manager"):
+        resumed = run_steps(assets, tmp_path, *common)
+
+    assert f"{metadata}: truncated" in caplog.text
+    assert min(resumed) == 2  # it went on from step 1's checkpoint, the last whole one
+    assert_metrics_match(resumed[2], uninterrupted[2])
+
+
+class Killed(BaseException):
+    """Stands for a kill -9 of the trainer."""
+
+
+@pytest.mark.timeout(180)
+def test_a_run_killed_right_after_a_checkpoint_has_already_written_that_steps_metrics(assets, tmp_path, monkeypatch):
+    save = PPOTrainer.save_checkpoint
+
+    def save_then_die(self):
+        save(self)
+        raise Killed
+
+    monkeypatch.setattr(PPOTrainer, "save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        run_steps(assets, tmp_path, "trainer.total_training_steps=1", "trainer.save_freq=1")
+
+    assert (tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt").is_file()
+    assert [line["step"] for line in read_metrics(tmp_path / "logs" / "tests" / "tiny")] == [1]

@@ -53,7 +53,8 @@ def test_worker_computes_log_probs_updates_the_actor_and_keeps_the_ref_fixed(tin
     torch.testing.assert_close(before.batch[F.OLD_LOG_PROBS], ref_before)
     assert before.batch[F.ENTROPYS].shape == data.batch[F.RESPONSES].shape
     output = group.update_actor(copy.deepcopy(data))
-    assert len(output.meta_info[F.METRICS]["actor/pg_loss"]) == 2  # 8 rows / (2 prompts × n=2) = 2 steps
+    (losses,) = output.meta_info[F.METRICS]["actor/pg_loss"]  # one list per rank
+    assert len(losses) == 2  # 8 rows / (2 prompts × n=2) = 2 steps
     after = group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS]
     assert not torch.allclose(after, before.batch[F.OLD_LOG_PROBS])
     torch.testing.assert_close(group.compute_ref_log_prob(copy.deepcopy(data)).batch[F.REF_LOG_PROB], ref_before)

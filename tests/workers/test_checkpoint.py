@@ -2,6 +2,7 @@
 
 import copy
 import os
+import re
 
 import pytest
 import torch
@@ -70,6 +71,27 @@ def test_an_incomplete_checkpoint_is_a_clear_error_and_is_left_untouched(tiny_mo
     assert sorted(os.listdir(tmp_path / "ckpt")) == before
     with pytest.raises(ValueError, match="does not exist"):
         manager.load(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("name", [".metadata", "__0_0.distcp"])
+def test_a_truncated_shard_file_is_a_clear_error_naming_it(tiny_model_path, tmp_path, name):
+    _, _, manager = make_actor_and_manager(tiny_model_path)
+    manager.save(tmp_path / "ckpt")
+    damaged = tmp_path / "ckpt" / "dcp" / name
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    shown = ".metadata" if name == ".metadata" else "a shard"
+    with pytest.raises(
+        ValueError, match=rf"checkpoint file .*{re.escape(shown)}.* is unreadable .*truncated or corrupt"
+    ):
+        manager.load(tmp_path / "ckpt")
+
+
+def test_a_corrupt_marker_file_is_a_clear_error_naming_it(tiny_model_path, tmp_path):
+    _, _, manager = make_actor_and_manager(tiny_model_path)
+    manager.save(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / MARKER_FILE).write_text('{"format_version": 1, "wor')
+    with pytest.raises(ValueError, match=rf"{MARKER_FILE} is corrupt"):
+        manager.load(tmp_path / "ckpt")
 
 
 def test_unknown_checkpoint_contents_are_rejected_with_the_allowed_list(tiny_model_path):

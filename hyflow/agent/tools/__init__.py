@@ -1,6 +1,8 @@
-"""Tools an agent loop can call: the interface, the YAML loader and the built-ins (calculator, python, search)."""
+"""Tools an agent loop can call: the interface, the YAML loader and the built-ins (calculator, python, search), and
+`function_tool` (a plain Python function as a tool)."""
 
 from hyflow.agent.tools.base import BaseTool, ToolConfig, ToolResponse, validate_tool_schema
+from hyflow.agent.tools.function_tool import function_schema, function_tool
 from hyflow.agent.tools.registry import BUILTIN_TOOLS, initialize_tools_from_config, tools_from_entries
 
 __all__ = [
@@ -8,6 +10,8 @@ __all__ = [
     "BaseTool",
     "ToolConfig",
     "ToolResponse",
+    "function_schema",
+    "function_tool",
     "initialize_tools_from_config",
     "tools_from_entries",
     "validate_tool_schema",

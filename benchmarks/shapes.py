@@ -1,0 +1,18 @@
+"""The model shapes the benchmarks build with random weights: sizes of public models, nothing downloaded."""
+
+from __future__ import annotations
+
+SHAPES: dict[str, dict[str, int | float | bool]] = {
+    "tiny": dict(  # a CPU smoke test
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    ),
+    "0.5b": dict(  # Qwen2-0.5B, 494M parameters
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    ),
+    "7b": dict(  # Qwen2.5-7B, 7.6B parameters
+        vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, tie_word_embeddings=False, rope_theta=1000000.0,
+    ),
+}  # fmt: skip

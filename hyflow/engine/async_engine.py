@@ -1,0 +1,104 @@
+"""AsyncLLMEngine: many concurrent `await engine.generate(...)` callers share one step loop.
+
+    engine = AsyncLLMEngine(LLMEngine(path))
+    output = await engine.generate(prompt_ids, SamplingParams(max_tokens=64), request_id="agent-3-turn-2")
+    await engine.abort("agent-3-turn-2")        # the waiting caller gets its partial output, finish_reason "abort"
+
+The loop runs as an asyncio task on the caller's event loop; each forward step runs in a worker thread so the event
+loop stays free for tool calls and HTTP. Requests are added and aborted only between steps (on the loop), so the
+scheduler is never touched by two threads at once. The loop sleeps when there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from hyflow.engine.config import SamplingParams
+from hyflow.engine.engine import LLMEngine
+from hyflow.engine.sequence import RequestOutput
+
+logger = logging.getLogger(__name__)
+
+
+class AsyncLLMEngine:
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self._futures: dict[str, asyncio.Future[RequestOutput]] = {}
+        self._wakeup: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_task: asyncio.Task | None = None
+        self._step_lock: asyncio.Lock | None = None
+        self._next_id = 0
+
+    def _ensure_loop(self) -> asyncio.Lock:
+        """Starts the step loop on the running event loop (again, if an earlier event loop has ended)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._loop_task is None or self._loop_task.done():
+            self._loop, self._wakeup, self._step_lock = loop, asyncio.Event(), asyncio.Lock()
+            self._futures = {key: f for key, f in self._futures.items() if f.get_loop() is loop}
+            self._loop_task = loop.create_task(self._run())
+        return self._step_lock
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+    ) -> RequestOutput:
+        """Generates for one prompt; returns when it finishes (or is aborted). Bad input raises ValueError."""
+        if self.engine.tp.size > 1:
+            # Requests would reach the ranks of a TP group in different orders, so their schedulers would disagree.
+            raise ValueError(
+                f"the async per-request API (agent loops, serve) does not support tensor_model_parallel_size="
+                f"{self.engine.tp.size}: the ranks of a TP group must see the same requests in the same order. "
+                "Use the batch API (generate_sequences), or set tensor_model_parallel_size=1 for agent loops."
+            )
+        lock = self._ensure_loop()
+        if request_id is None:
+            request_id, self._next_id = f"async-{self._next_id}", self._next_id + 1
+        async with lock:  # never add while a step runs in the worker thread
+            request_id = self.engine.add_request(prompt_token_ids, params, request_id)
+        future = asyncio.get_running_loop().create_future()
+        self._futures[request_id] = future
+        self._wakeup.set()
+        return await future
+
+    async def abort(self, request_id: str) -> None:
+        """Ends a request now; its caller receives the partial output with finish_reason "abort"."""
+        async with self._ensure_loop():
+            output = self.engine.abort(request_id)
+        future = self._futures.pop(request_id, None)
+        if future is not None and output is not None and not future.done():
+            future.set_result(output)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            while self.engine.has_unfinished_requests():
+                async with self._step_lock:
+                    try:
+                        finished = await asyncio.to_thread(self.engine.step)
+                    except Exception as error:  # a failing step must not leave callers waiting forever
+                        logger.exception("engine step failed; failing the %d waiting requests", len(self._futures))
+                        self._fail_all(error)
+                        break
+                for output in finished:
+                    future = self._futures.pop(output.request_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(output)
+                await asyncio.sleep(0)  # let new requests and aborts in between steps
+            self._wakeup.clear()
+
+    def _fail_all(self, error: Exception) -> None:
+        for request_id, future in list(self._futures.items()):
+            self.engine.abort(request_id)
+            if not future.done():
+                future.set_exception(error)
+        self._futures.clear()
+
+    async def sleep(self) -> None:
+        """Frees the KV cache between steps (see LLMEngine.sleep)."""
+        async with self._ensure_loop():
+            self.engine.sleep()
+
+    async def wake(self) -> None:
+        async with self._ensure_loop():
+            self.engine.wake()

@@ -1,0 +1,316 @@
+"""LLMEngine: the generation engine's batch API and step loop.
+
+    engine = LLMEngine("path/to/hf_folder")                       # or an in-memory transformers model
+    outputs = engine.generate([[1, 5, 9], [1, 7]], SamplingParams(temperature=0, max_tokens=32))
+    outputs[0].outputs[0].token_ids, outputs[0].outputs[0].log_probs, outputs[0].outputs[0].finish_reason
+
+Each `step()` asks the scheduler for the next batch, runs it (model_runner.py), appends the sampled tokens, ends the
+sequences that hit a stop condition, and returns the requests that finished. A decode `step()` is a window of up to
+`EngineConfig.num_scheduler_steps` forward steps with one host sync (multi_step.py); requests added or aborted
+meanwhile join or leave at the next `step()`. With `EngineConfig.async_scheduling` the next window is queued on the
+device before the current one's tokens are read, so the host's work between windows overlaps the device's
+(in_flight.py owns that hand-off). Bad
+requests raise `ValueError` in `add_request` before anything is queued, so the engine keeps serving the others.
+
+Tensor parallelism (`EngineConfig.tensor_parallel_size`, parallel.py): each process of a TP group builds the engine
+with its shard of the model (`tp_group`, or groups of consecutive ranks of the torch.distributed world) and calls
+`generate` with the same prompts and sampling parameters. The logits, hence the tokens, are identical on every rank,
+so the schedulers agree step by step (SPMD) and every rank returns the same outputs.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import random
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from hyflow.engine.block_manager import BlockManager
+from hyflow.engine.config import EngineConfig, SamplingParams
+from hyflow.engine.in_flight import InFlight, read_outputs
+from hyflow.engine.kv_cache import num_blocks_for_memory
+from hyflow.engine.model_runner import ModelRunner
+from hyflow.engine.models import load_model
+from hyflow.engine.parallel import TensorParallel
+from hyflow.engine.scheduler import ScheduledBatch, Scheduler
+from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _eos_ids(model: str | nn.Module, hf_config: Any, tokenizer: Any) -> set[int]:
+    """End-of-sequence ids from the model config, its generation config and the tokenizer."""
+    if isinstance(model, nn.Module):
+        generation_config = getattr(model, "generation_config", None)
+    else:
+        from transformers import GenerationConfig
+
+        try:
+            generation_config = GenerationConfig.from_pretrained(model)
+        except OSError:  # the folder has no generation_config.json
+            generation_config = None
+    ids: set[int] = set()
+    for source in (hf_config, generation_config, tokenizer):
+        eos = getattr(source, "eos_token_id", None)
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return ids
+
+
+class LLMEngine:
+    def __init__(
+        self, model: str | nn.Module, config: EngineConfig | None = None, tokenizer: Any = None, tp_group: Any = None
+    ) -> None:
+        """`tp_group`: the torch.distributed group of this rank's TP peers (with `tensor_parallel_size` > 1; None:
+        groups of consecutive ranks of the world, made here, a collective call over the world)."""
+        self.config = config = config or EngineConfig()
+        self.tp = TensorParallel.build(config.tensor_parallel_size, tp_group)
+        device = "cuda" if config.device == "auto" and torch.cuda.is_available() else config.device
+        self.device = torch.device("cpu" if device == "auto" else device)
+        if config.dtype == "auto":
+            self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        else:
+            self.dtype = DTYPES[config.dtype]
+        self.hf_config = model.config if isinstance(model, nn.Module) else None
+        if self.hf_config is None:
+            from transformers import AutoConfig
+
+            self.hf_config = AutoConfig.from_pretrained(model)
+        max_model_len = config.check_model_len(self.hf_config.max_position_embeddings)
+        self.model = load_model(model, max_model_len, self.dtype, self.device, self.tp)
+        self.tokenizer = tokenizer
+        self.eos_token_ids = _eos_ids(model, self.hf_config, tokenizer)
+        # The ranks of a TP group must schedule alike, so they all take the smallest cache any of them can hold.
+        num_blocks = self.tp.min(num_blocks_for_memory(self.model.args, config, self.dtype, self.device), self.device)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.runner = ModelRunner(self.model, config, num_blocks, self.device, self.dtype)
+        self.requests: dict[str, tuple[list[int], list[Sequence]]] = {}
+        self._seed_source = random.Random(config.seed)
+        self.last_step_was_prefill = False  # for step-time metrics
+        self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
+        self.in_flight = InFlight(self.scheduler, self.runner.launch, config.async_scheduling)
+        self._next_id = 0
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def _check_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+        max_len = self.config.max_model_len
+        if request_id in self.requests:
+            raise ValueError(f"request_id {request_id!r} is already running; use a unique id per request")
+        if len(prompt) == 0:
+            raise ValueError(f"request {request_id!r}: the prompt is empty; give at least one token id")
+        if len(prompt) >= max_len:
+            raise ValueError(
+                f"request {request_id!r}: the prompt has {len(prompt)} tokens, but max_model_len is "
+                f"{max_len} and at least one must be generated; shorten the prompt"
+            )
+        vocab = self.model.args.vocab_size
+        if min(prompt) < 0 or max(prompt) >= vocab:
+            raise ValueError(
+                f"request {request_id!r}: token ids must be in [0, {vocab}); got min {min(prompt)}, max {max(prompt)}"
+            )
+        if params.stop and self.tokenizer is None:
+            raise ValueError(
+                f"request {request_id!r}: stop strings {params.stop} need a tokenizer; pass one to the "
+                "engine or use stop_token_ids"
+            )
+        needed = -(-min(len(prompt) + params.max_tokens, max_len) // self.config.block_size)
+        if needed > self.block_manager.num_blocks:
+            raise ValueError(
+                f"request {request_id!r} needs {needed} KV blocks but the cache has only "
+                f"{self.block_manager.num_blocks}; lower max_tokens or give the KV cache more memory"
+            )
+
+    def add_request(
+        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+    ) -> str:
+        """Queues one request (its `n` samples share the prompt's cache blocks); returns its id."""
+        if params is None:
+            params = SamplingParams()
+        elif isinstance(params, dict):
+            params = SamplingParams.from_dict(params)
+        if request_id is None:
+            request_id, self._next_id = str(self._next_id), self._next_id + 1
+        prompt = [int(t) for t in prompt_token_ids]
+        self._check_request(request_id, prompt, params)
+        base_seed = params.seed if params.seed is not None else self._seed_source.getrandbits(32)
+        seqs = [Sequence(request_id, prompt, params, hash((base_seed, i)) & 0xFFFFFFFF, i) for i in range(params.n)]
+        for seq in seqs:
+            self.scheduler.add(seq)
+        self.requests[request_id] = (prompt, seqs)
+        return request_id
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Stops a request now; returns its partial output (finish_reason "abort"), or None if unknown."""
+        if request_id not in self.requests:
+            return None
+        for seq in self.requests[request_id][1]:
+            if seq.status != SequenceStatus.FINISHED:
+                self.scheduler.finish(seq, "abort")
+        return self._pop_output(request_id)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- the step loop --------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Runs one forward step, or a decode window of several (multi_step.py); returns the requests that finished.
+
+        After a window each sequence takes its tokens one by one through the stop checks, exactly as after single
+        steps; the tokens after a stop are dropped. With async scheduling the next window (or the next prefill) is
+        queued on the device before this one's tokens are read (scheduler.py); it is what the next call reads.
+        """
+        self.runner.require_awake()  # before scheduling: a failed step must leave the queue as it was
+        launched = self.in_flight.take()
+        if launched is None:
+            self.last_step_was_prefill, self.last_num_steps = False, 1
+            return []
+        batch = launched.batch
+        self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
+        self.in_flight.queue_behind(launched)
+        return self._take_outputs(batch, *read_outputs(launched))
+
+    def _take_outputs(
+        self,
+        batch: ScheduledBatch,
+        tokens: list[list[int]],
+        log_probs: list[list[float]],
+        raw: list[list[float]] | None,
+    ) -> list[RequestOutput]:
+        """Appends a step's or window's tokens to its running sequences (skipping those that ended meanwhile);
+        returns the requests that finished."""
+        finished: list[RequestOutput] = []
+        for i, seq in enumerate(batch.seqs):
+            if seq.status != SequenceStatus.RUNNING:  # stopped in the window before, or aborted
+                continue
+            start = seq.num_computed_tokens
+            count = batch.step_counts[i] if batch.is_window else 1
+            reason = self._append_tokens(seq, tokens[i][:count], log_probs[i], None if raw is None else raw[i])
+            if batch.is_window:
+                self.block_manager.register_filled_blocks(seq, start)
+            if reason is None:
+                continue
+            self.scheduler.finish(seq, reason)
+            if all(s.status == SequenceStatus.FINISHED for s in self.requests[seq.request_id][1]):
+                finished.append(self._pop_output(seq.request_id))
+        return finished
+
+    def _append_tokens(
+        self, seq: Sequence, tokens: list[int], log_probs: list[float], raw: list[float] | None
+    ) -> FinishReason | None:
+        """Appends sampled tokens in order until one ends the sequence; returns why it ended, or None."""
+        keep_raw = raw is not None and seq.params.raw_log_probs
+        if not seq.params.stop:  # no stop strings: every check is on token ids and counts, so take them at once
+            return self._append_token_run(seq, tokens, log_probs, raw if keep_raw else None)
+        for k, token in enumerate(tokens):
+            seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
+            seq.append(token, log_probs[k], raw[k] if keep_raw else None)
+            reason = self._finish_reason(seq)
+            if reason is not None:
+                return reason
+        return None
+
+    def _append_token_run(
+        self, seq: Sequence, tokens: list[int], log_probs: list[float], raw: list[float] | None
+    ) -> FinishReason | None:
+        """`_append_tokens` without stop strings, in bulk: the tokens up to the first stop id or the length limit
+        (at least one), with the reason the per-token checks would give ("stop" before "length" on one token)."""
+        params = seq.params
+        stop_ids = params.stop_token_ids if params.ignore_eos else self.eos_token_ids | set(params.stop_token_ids)
+        budget = max(1, min(params.max_tokens - seq.num_output_tokens, self.config.max_model_len - seq.num_tokens))
+        take = min(len(tokens), budget)
+        stop_at = next((k for k, token in enumerate(tokens[:take]) if token in stop_ids), None) if stop_ids else None
+        if stop_at is not None:
+            take = stop_at + 1
+        seq.extend(tokens[:take], log_probs[:take], None if raw is None else raw[:take])
+        seq.num_computed_tokens = seq.num_tokens - 1  # every token before the newest has its K/V cached
+        if stop_at is not None:
+            return "stop"
+        return "length" if take == budget else None
+
+    def _finish_reason(self, seq: Sequence) -> FinishReason | None:
+        token, params = seq.token_ids[-1], seq.params
+        if (not params.ignore_eos and token in self.eos_token_ids) or token in params.stop_token_ids:
+            return "stop"
+        if params.stop and self._hits_stop_string(seq):
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    def _hits_stop_string(self, seq: Sequence) -> bool:
+        """Whether the text of the last few tokens (enough to hold the longest stop string even at one byte per
+        token, 4 per character) contains a stop string."""
+        longest = max(len(s) for s in seq.params.stop)
+        tail = self.tokenizer.decode(seq.output_token_ids[-(4 * longest + 2) :], skip_special_tokens=False)
+        return any(stop in tail for stop in seq.params.stop)
+
+    def _pop_output(self, request_id: str) -> RequestOutput:
+        prompt, seqs = self.requests.pop(request_id)
+        outputs = []
+        for seq in seqs:
+            text = self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True) if self.tokenizer else None
+            raw = list(seq.raw_log_probs) if seq.params.raw_log_probs else None
+            outputs.append(
+                CompletionOutput(
+                    seq.sample_index, seq.output_token_ids, list(seq.log_probs), seq.finish_reason, raw, text
+                )
+            )
+        return RequestOutput(request_id, prompt, outputs)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Batch API: generates for every prompt and returns the outputs in prompt order."""
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; give one or one each")
+        self.runner.require_awake()  # before queueing: an asleep engine keeps no request of this batch
+        ids: list[str] = []
+        try:
+            for prompt, p in zip(prompts, params_list):
+                ids.append(self.add_request(prompt, p))
+        except ValueError:  # one bad prompt: queue none of the batch
+            for request_id in ids:
+                self.abort(request_id)
+            raise
+        results: dict[str, RequestOutput] = {}
+        while len(results) < len(ids):
+            for output in self.step():
+                results[output.request_id] = output
+        return [results[i] for i in ids]
+
+    # ---- training integration -------------------------------------------------------------------------------
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Copies HF-named tensors into the model in place; cached prefixes (old weights) are forgotten."""
+        self.in_flight.drop()  # it computes with the old weights
+        count = self.model.load_weights(weights)
+        self.scheduler.preempt_all()
+        self.block_manager.reset()
+        return count
+
+    def sleep(self) -> None:
+        """Frees the KV cache (for training); running requests are recomputed after `wake()`."""
+        self.in_flight.drop()
+        self.scheduler.preempt_all()
+        self.block_manager.reset()
+        self.runner.sleep()
+
+    def wake(self) -> None:
+        self.runner.wake()
+
+    def close(self) -> None:
+        """Frees the KV cache and drops the CUDA graphs. Under tensor parallelism call it before
+        `torch.distributed.destroy_process_group()`: while a graph that captured NCCL collectives is alive, the
+        communicator's destruction hangs (pytorch/pytorch#115388)."""
+        self.sleep()
+        if self.runner.graphs is not None:
+            self.runner.graphs.clear()
+        gc.collect()  # the graphs' Python objects, so that their CUDA graphs are destroyed now

@@ -1,0 +1,103 @@
+"""The engine's own model implementations, picked by `config.architectures`, and weight loading by HF name.
+
+    model = load_model("path/to/hf_folder", dtype=torch.bfloat16, device="cuda", max_positions=4096)
+    model = load_model(hf_module)                    # a `transformers` model: config + state dict, no disk
+    model = load_model(path, tp=TensorParallel.from_world(2))   # this rank's tensor-parallel shard (parallel.py)
+
+`is_supported(hf_config)` says whether the engine can run an architecture; others fall back to `rollout.name=hf`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from hyflow.engine.models.llama import DecoderArgs, DecoderForCausalLM
+from hyflow.engine.parallel import TensorParallel
+
+# HF architecture name -> decoder family (the switches `DecoderArgs.from_hf` applies).
+ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+
+
+def family_of(hf_config: Any) -> str | None:
+    """The decoder family of a config, or None when the engine does not implement its architecture."""
+    for arch in getattr(hf_config, "architectures", None) or []:
+        if arch in ARCHITECTURES:
+            return ARCHITECTURES[arch]
+    model_type = getattr(hf_config, "model_type", None)
+    return model_type if model_type in ARCHITECTURES.values() else None
+
+
+def is_supported(hf_config: Any) -> bool:
+    return family_of(hf_config) is not None
+
+
+def build_model(
+    hf_config: Any,
+    max_positions: int,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    tp: TensorParallel | None = None,
+) -> DecoderForCausalLM:
+    """An engine model with the config's shape, or this rank's shard of it with `tp` (weights uninitialised until
+    `load_weights`)."""
+    tp = tp or TensorParallel()
+    family = family_of(hf_config)
+    if family is None:
+        raise ValueError(
+            f"architectures={getattr(hf_config, 'architectures', None)} is not implemented by the "
+            f"hyflow engine (supported: {sorted(ARCHITECTURES)}); set rollout.name=hf to use "
+            "transformers.generate for it"
+        )
+    args = DecoderArgs.from_hf(hf_config, family, max_positions)
+    args = args.sharded(tp.size, tp.rank)
+    with torch.device(device):
+        model = DecoderForCausalLM(args, tp)
+    model.to(dtype)
+    return model.eval().requires_grad_(False)
+
+
+def iter_safetensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor in the `*.safetensors` files of a Hugging Face folder."""
+    from safetensors import safe_open
+
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise ValueError(
+            f"model path {path!r} holds no *.safetensors files; save the model with "
+            "`model.save_pretrained(path)` (safe_serialization is the default)"
+        )
+    for file in files:
+        with safe_open(file, framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 (safe_open handles are not dicts)
+                yield name, handle.get_tensor(name)
+
+
+def load_model(
+    source: str | nn.Module,
+    max_positions: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    tp: TensorParallel | None = None,
+) -> DecoderForCausalLM:
+    """An engine model with the weights of a HF folder or an in-memory `transformers` model (with `tp`, this
+    rank's shard of them)."""
+    if isinstance(source, nn.Module):
+        hf_config, weights = source.config, source.state_dict().items()
+    else:
+        from transformers import AutoConfig
+
+        hf_config, weights = AutoConfig.from_pretrained(source), iter_safetensors(source)
+    model = build_model(hf_config, max_positions or hf_config.max_position_embeddings, dtype, device, tp)
+    model.load_weights(weights)
+    return model

@@ -1,0 +1,106 @@
+"""One sequence being generated: its tokens, cache blocks, sampling state, and why it ended; plus the outputs.
+
+A request with `n` samples becomes `n` sequences that share the request id (and, through the block manager, the
+prompt's cache blocks). `num_computed_tokens` counts the tokens whose K/V are in the cache: the next forward step
+feeds `token_ids[num_computed_tokens:]`, which is the uncached part of the prompt on a prefill and the last
+sampled token on a decode.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hyflow.engine.config import SamplingParams
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+_seq_counter = itertools.count()
+
+
+class Sequence:
+    def __init__(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, seed: int, sample_index: int = 0
+    ) -> None:
+        self.seq_id = next(_seq_counter)
+        self.request_id = request_id
+        self.sample_index = sample_index
+        self.params = params
+        self.seed = seed  # drives this sequence's random numbers (see sampler.py)
+        self.token_ids = list(prompt_token_ids)
+        self.num_tokens = len(self.token_ids)  # == len(token_ids), kept as a field: read many times per step
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.log_probs: list[float] = []
+        self.raw_log_probs: list[float] = []
+
+    def __len__(self) -> int:
+        return self.num_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+    def num_blocks(self, block_size: int) -> int:
+        return -(-self.num_tokens // block_size)
+
+    def block_tokens(self, index: int, block_size: int) -> list[int]:
+        return self.token_ids[index * block_size : (index + 1) * block_size]
+
+    def append(self, token_id: int, log_prob: float, raw_log_prob: float | None) -> None:
+        self.token_ids.append(token_id)
+        self.num_tokens += 1
+        self.log_probs.append(log_prob)
+        if raw_log_prob is not None:
+            self.raw_log_probs.append(raw_log_prob)
+
+    def extend(self, token_ids: list[int], log_probs: list[float], raw_log_probs: list[float] | None) -> None:
+        """`append` for several tokens at once."""
+        self.token_ids.extend(token_ids)
+        self.num_tokens += len(token_ids)
+        self.log_probs.extend(log_probs)
+        if raw_log_probs is not None:
+            self.raw_log_probs.extend(raw_log_probs)
+
+    def finish(self, reason: FinishReason) -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = reason
+
+
+@dataclass
+class CompletionOutput:
+    """One sample of a request: the generated tokens, their log-probs, and why it ended."""
+
+    index: int
+    token_ids: list[int]
+    log_probs: list[float]  # under the distribution sampled from (after temperature, top-k, top-p)
+    finish_reason: FinishReason | None
+    raw_log_probs: list[float] | None = None  # under log_softmax(logits), when SamplingParams.raw_log_probs
+    text: str | None = None  # when the engine has a tokenizer
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return all(out.finish_reason is not None for out in self.outputs)

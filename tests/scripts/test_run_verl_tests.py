@@ -1,0 +1,39 @@
+"""scripts/run_verl_tests.py: verl's tests are ported by rewriting only imports and device strings."""
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "run_verl_tests.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("run_verl_tests", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_porting_points_verl_imports_at_hyflow_and_cuda_at_cpu():
+    source = (
+        "from verl import DataProto\n"
+        "from verl.single_controller.base.decorator import Dispatch, register\n"
+        "import verl.trainer.ppo.core_algos\n"
+        "x = torch.zeros(2, device='cuda'); dist.init_process_group(backend=\"nccl\")\n"
+    )
+    ported = load_script().port_source(source)
+    assert ported == (
+        "from hyflow.protocol import DataProto\n"
+        "from hyflow.controller.decorator import Dispatch, register\n"
+        "import hyflow.algorithms\n"
+        "x = torch.zeros(2, device='cpu'); dist.init_process_group(backend=\"gloo\")\n"
+    )
+
+
+def test_copying_ports_every_test_file_under_a_folder(tmp_path):
+    verl = tmp_path / "verl"
+    (verl / "tests" / "unit").mkdir(parents=True)
+    (verl / "tests" / "unit" / "test_a.py").write_text("from verl.protocol import DataProto\n")
+    (verl / "tests" / "unit" / "helpers.py").write_text("import verl.protocol\n")
+    copied = load_script().copy_tests(verl, ["tests/unit"], tmp_path / "work")
+    assert [p.name for p in copied] == ["test_a.py"]
+    assert (tmp_path / "work" / "tests" / "unit" / "helpers.py").read_text() == "import hyflow.protocol\n"
