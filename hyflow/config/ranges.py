@@ -114,7 +114,7 @@ RANGES: dict[str, Range] = {
     "algorithm.kl_ctrl.target_kl": POSITIVE,
     "algorithm.filter_groups.max_num_gen_batches": NON_NEGATIVE,
     **{f"trainer.{k}": POSITIVE for k in ("nnodes", "n_gpus_per_node", "total_epochs", "total_training_steps",
-                                          "ray_init.num_cpus")},
+                                          "ray_init.num_cpus", "worker_call_timeout_s", "worker_init_timeout_s")},
     "trainer.save_freq": POSITIVE_OR_OFF,
     "trainer.test_freq": POSITIVE_OR_OFF,
     **{f"trainer.{k}": NON_NEGATIVE for k in ("critic_warmup", "log_val_generations", "max_actor_ckpt_to_keep",
