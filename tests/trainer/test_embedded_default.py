@@ -30,6 +30,7 @@ def test_cfg_job_without_a_model_or_data_prints_the_embedded_default_and_builds_
     assert not hyflow_home.exists()
 
 
+@pytest.mark.slow  # SFT of the tiny model (3 steps) and one GRPO step: ~25 s on 2 busy cores
 @pytest.mark.timeout(300)
 def test_hyflow_train_without_a_model_or_data_builds_the_embedded_default_once_and_trains_on_it(
     hyflow_home, monkeypatch, tmp_path
