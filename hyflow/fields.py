@@ -68,6 +68,7 @@ Meta fields (`DataProto.meta_info`, one value for the whole batch):
 | use_dynamic_bsz  | bool      | cut micro-batches by token budget instead of by row count                 |
 | metrics          | dict      | metrics a worker returns to the controller                                |
 | timing           | dict      | seconds a worker spent in each stage                                      |
+| reward_extra_keys | list[str] | the non-tensor columns a reward manager added (its extras and flags)     |
 """
 
 import difflib
@@ -136,6 +137,7 @@ GLOBAL_STEPS = "global_steps"
 SEED = "seed"
 METRICS = "metrics"
 TIMING = "timing"
+REWARD_EXTRA_KEYS = "reward_extra_keys"
 
 _TOKEN_F = "float32"
 _SPECS: tuple[FieldSpec, ...] = (
@@ -182,6 +184,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(SEED, "", "int", "meta", "sampling seed of a generation batch (each row's seed derives from it)"),
     FieldSpec(METRICS, "", "dict", "meta", "metrics a worker returns to the controller"),
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
+    FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
 )
 
 FIELDS: dict[str, FieldSpec] = {spec.name: spec for spec in _SPECS}

@@ -7,6 +7,10 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled PIP_DISABLE_PIP_VERSION_
 # The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e ".[ray,dev]"
+# bubblewrap: the sandbox of the python tool and the code reward (hyflow.sandbox); root on Debian installs it.
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; else sudo apt-get install -y -qq bubblewrap; fi
+fi
 ruff check hyflow tests benchmarks
 ruff format --check hyflow tests benchmarks
 rc=0

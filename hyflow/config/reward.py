@@ -17,6 +17,7 @@ from hyflow.config.actor_rollout_ref import Strategy
 from hyflow.config.common import FSDPConfig, inherit
 
 RewardManagerName = Literal["naive", "batch", "prime", "dapo"]
+NonFiniteMode = Literal["error", "zero"]
 
 
 @dataclass
@@ -71,6 +72,11 @@ class RewardModelConfig:
     timeout: float = 300.0  # prime: seconds per sample before it scores 0
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     reward_functions: list[RewardFunctionConfig] = field(default_factory=list)  # empty: custom or built-in scorer
+    on_non_finite: NonFiniteMode = "error"  # a NaN/inf score: stop naming function, row and value; or score it 0
+    # naive/batch: seconds one call of the reward function may take (None: no limit); past it the run stops
+    timeout_s: float | None = None
+    # stop the run when at least this fraction of a batch's rows failed (error, crash, timeout, non-finite); > 1: never
+    stop_at_failed_fraction: float = 1.0
 
 
 @dataclass

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hyflow.reward.scorers import needs_ground_truth
+
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 REWARD_STYLES = ("rule", "model")
 
@@ -73,6 +75,13 @@ def check_row(row: dict[str, Any], source: str, index: int, prompt_key: str, rew
     style = reward_model.get("style")
     if style is not None and style not in REWARD_STYLES:
         raise error("reward_model", f"style is {style!r}", f"Use one of {list(REWARD_STYLES)}.")
+    if reward_model["ground_truth"] is None and style != "model" and needs_ground_truth(row[reward_fn_key]):
+        raise error(
+            "reward_model",
+            f"ground_truth is None, and the scorer of data source {row[reward_fn_key]!r} needs one",
+            "Fill in the answer, give the row style 'model', or register its scorer with "
+            "@register_scorer(..., needs_ground_truth=False).",
+        )
     _check_optional(row, "extra_info", dict, error, "Store per-row information as a dict (or leave it empty).")
     _check_optional(row, "agent_name", str, error, "Name a registered agent loop, e.g. 'tool_agent'.")
 

@@ -318,9 +318,7 @@ class PPOTrainer:
             return
         with timer("reward_wait", timing):
             scores, extra_info = future.result()
-        batch.batch[F.TOKEN_LEVEL_SCORES] = scores
-        for key, values in extra_info.items():
-            batch.non_tensor_batch[key] = stages.object_array(values)
+        stages.store_reward(batch, scores, extra_info)
 
     def _old_log_probs(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
         output = self.workers.actor_rollout.compute_log_prob(batch)
@@ -371,6 +369,7 @@ class PPOTrainer:
         if self.group_filter is not None:
             metrics.update(self.group_filter.last_metrics)
         metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
+        metrics.update(stages.reward_extra_metrics(batch))
         metrics.update(compute_timing_metrics(batch, timing))
         world_size = self.workers.world_size
         metrics.update(compute_throughput_metrics(batch, timing, n_devices=world_size))

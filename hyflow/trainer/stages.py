@@ -40,9 +40,11 @@ __all__ = [
     "new_prompt_batch",
     "object_array",
     "old_log_prob_metrics",
+    "reward_extra_metrics",
     "sampling_seed",
     "sequence_scores",
     "skipped_old_log_prob_message",
+    "store_reward",
 ]
 
 logger = logging.getLogger(__name__)
@@ -97,10 +99,24 @@ def attach_reward(batch: DataProto, reward_fn: Any) -> tuple[DataProto, dict[str
     """Score `batch` with a reward manager: `token_level_scores` (B, R) and each reward extra (e.g. `acc`) as a
     per-row non-tensor field, so dynamic sampling and the rollout dump can read it."""
     scores, extra_info = compute_reward(batch, reward_fn)
+    store_reward(batch, scores, extra_info)
+    return batch, extra_info
+
+
+def store_reward(batch: DataProto, scores: torch.Tensor, extra_info: dict[str, list]) -> None:
+    """Put a reward manager's result into `batch`: the scores, each extra as a column, and their names."""
     batch.batch[F.TOKEN_LEVEL_SCORES] = scores
     for key, values in extra_info.items():
         batch.non_tensor_batch[key] = object_array(values)
-    return batch, extra_info
+    batch.meta_info[F.REWARD_EXTRA_KEYS] = sorted(extra_info)
+
+
+def reward_extra_metrics(batch: DataProto) -> dict[str, float]:
+    """`reward/<failure>_count` and `reward/extra/<name>/mean` of the batch's reward columns (hyflow.reward.metrics)."""
+    from hyflow.reward.metrics import reward_metrics
+
+    keys = [key for key in batch.meta_info.get(F.REWARD_EXTRA_KEYS, []) if key in batch.non_tensor_batch]
+    return reward_metrics({key: list(batch.non_tensor_batch[key]) for key in keys})
 
 
 def decode_samples(tokenizer: Any, batch: DataProto) -> tuple[list[str], list[str]]:

@@ -33,8 +33,9 @@ from hyflow.protocol import DataProto
 from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.checkpoint import ShardCheckpointer
-from hyflow.workers.fsdp import build_device_mesh, iter_full_state, move_optimizer_state, training_device
+from hyflow.workers.fsdp import build_device_mesh, move_optimizer_state, training_device
 from hyflow.workers.micro_batch_loop import ForwardSettings
+from hyflow.workers.weight_sync import SyncStats, iter_bucketed_state
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class ActorRolloutRefWorker(Worker):
         self.lr_scheduler: Any = None
         self._weights_version = 0  # bumped by every actor update
         self._rollout_version = 0  # the actor weights the engine holds
+        self._sync_stats: SyncStats | None = None  # of the weight sync in the current generate call, if any
 
     # ---- building ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -162,6 +164,7 @@ class ActorRolloutRefWorker(Worker):
         """Generate responses with the rollout engine, holding the actor's latest weights."""
         self._require(self.rollout, "generate_sequences", "rollout")
         start, captures = time.perf_counter(), self.rollout.cuda_graph_captures
+        self._sync_stats = None
         self.rollout_mode()
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the weight copies belong to rollout_mode's time
@@ -178,7 +181,12 @@ class ActorRolloutRefWorker(Worker):
         }
         output.meta_info[F.TIMING] = {f"gen/{name}": seconds for name, seconds in timing.items()}
         captured = self.rollout.cuda_graph_captures - captures  # > 0 after step 1: the KV cache moved (see speed.md)
-        output.meta_info.setdefault(F.METRICS, {})["rollout/cuda_graph_captures"] = captured
+        metrics = output.meta_info.setdefault(F.METRICS, {})
+        metrics["rollout/cuda_graph_captures"] = captured
+        if self._sync_stats is not None:  # this call synced the weights
+            metrics["rollout/weight_sync_s"] = self._sync_stats.seconds
+            metrics["rollout/weight_sync_gb"] = self._sync_stats.num_bytes / 1e9
+            metrics["rollout/weight_sync_buckets"] = self._sync_stats.num_buckets
         return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -198,7 +206,8 @@ class ActorRolloutRefWorker(Worker):
         self._require(self.rollout, "rollout_mode", "rollout")
         self.rollout.wake()
         if self.actor is not None and self._rollout_version != self._weights_version:
-            self.rollout.load_weights(self.actor_weights())
+            self._sync_stats = SyncStats()
+            self.rollout.load_weights(self.actor_weights(self._sync_stats))
             self._rollout_version = self._weights_version
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -210,11 +219,13 @@ class ActorRolloutRefWorker(Worker):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def actor_weights(self):
-        """The actor's weights under Hugging Face names, LoRA folded in, gathered one tensor at a time."""
+    def actor_weights(self, stats: SyncStats | None = None):
+        """The actor's weights under Hugging Face names, LoRA folded in, gathered from the FSDP2 shards in buckets
+        of `rollout.update_weights_bucket_megabytes` (`stats` counts what moved)."""
         model_config = self.config.model
         scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
-        return merged_hf_weights(iter_full_state(self.actor.module), scaling)
+        bucket_bytes = self.config.rollout.update_weights_bucket_megabytes << 20
+        return merged_hf_weights(iter_bucketed_state(self.actor.module, bucket_bytes, stats), scaling)
 
     # ---- checkpoints ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

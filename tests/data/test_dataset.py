@@ -69,6 +69,7 @@ def test_several_files_are_read_in_order_and_max_samples_keeps_the_first_rows(to
         (_row() | {"prompt": [{"role": "user", "content": 5}]}, "prompt", "int content"),
         (_row() | {"prompt": [{"role": "robot", "content": "x"}]}, "prompt", "role 'robot'"),
         (_row() | {"reward_model": {"style": "rule"}}, "reward_model", "ground_truth"),
+        (_row(truth=None), "reward_model", "ground_truth is None, and the scorer of data source 'arith' needs one"),
     ],
 )
 def test_bad_rows_fail_at_load_naming_file_row_and_column(tokenizer, tmp_path, row, column, problem):
@@ -151,3 +152,17 @@ def test_a_prompt_that_tokenizes_to_nothing_fails_at_load_naming_the_tokenizer(t
     monkeypatch.setattr(tokenizer, "chat_template", "{% for m in messages %}{% endfor %}")  # renders nothing
     with pytest.raises(ValueError, match=r"row 0, column 'prompt': the prompt tokenizes to no tokens"):
         RLHFDataset(path, tokenizer, DataConfig(max_prompt_length=64))
+
+
+def test_a_row_without_ground_truth_loads_when_its_scorer_needs_none_or_its_style_is_model(tokenizer, tmp_path):
+    from hyflow.reward.scorers import register_scorer
+
+    @register_scorer("tests/no-answer-needed", needs_ground_truth=False)
+    def brevity(data_source, solution_str, ground_truth, extra_info=None):
+        return 1.0 / (1 + len(solution_str))
+
+    rows = [_row(truth=None, data_source="tests/no-answer-needed"), _row(truth=None) | {"reward_model": {
+        "style": "model", "ground_truth": None}}]  # fmt: skip
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert len(RLHFDataset(str(path), tokenizer, DataConfig(max_prompt_length=64))) == 2

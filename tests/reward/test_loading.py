@@ -59,3 +59,13 @@ def test_reward_functions_and_a_custom_function_together_are_refused(tokenizer, 
     config.custom_reward_function.path = str(tmp_path / "r.py")
     with pytest.raises(ValueError, match="use one"):
         load_reward_manager(config, tokenizer)
+
+
+@pytest.mark.parametrize("manager_name", ["naive", "batch", "prime", "dapo"])
+def test_every_manager_takes_the_failure_settings_from_the_config(tokenizer, manager_name):
+    config = PPOTrainerConfig()
+    config.reward_model.reward_manager = manager_name
+    config.reward_model.on_non_finite, config.reward_model.timeout_s = "zero", 7.0
+    config.reward_model.stop_at_failed_fraction = 0.25
+    manager = load_reward_manager(config, tokenizer)
+    assert (manager.on_non_finite, manager.timeout_s, manager.stop_at_failed_fraction) == ("zero", 7.0, 0.25)

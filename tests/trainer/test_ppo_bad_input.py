@@ -56,23 +56,39 @@ def test_a_reward_function_that_raises_stops_the_first_step_naming_the_function_
     trainer = PPOTrainer(config)
     trainer.init_workers()
     try:
-        with pytest.raises(ValueError, match=r"raised RuntimeError: the grader crashed on row 0 \(data_source='arith'"):
+        with pytest.raises(ValueError, match=r"row 0 \(data_source='arith'.*raised RuntimeError: the grader crashed"):
             trainer.fit()
     finally:
         trainer.close()
     assert trainer.global_step == 1 and not (tmp_path / "ckpt").exists()  # no update, no checkpoint
 
 
-@pytest.mark.timeout(180)
-def test_the_prime_manager_scores_a_raising_reward_function_zero_and_goes_on(assets, tmp_path):
-    config = tiny_config(
+def _prime_with_a_raising_reward(assets, tmp_path, *overrides):
+    return tiny_config(
         assets,
         tmp_path,
         f"custom_reward_function.path={assets['raising_reward']}",
         "reward_model.reward_manager=prime",
         "reward_model.num_processes=1",
         "trainer.total_training_steps=1",
+        *overrides,
     )
+
+
+@pytest.mark.timeout(180)
+def test_the_prime_manager_stops_the_run_when_the_reward_fails_on_every_row(assets, tmp_path):
+    trainer = PPOTrainer(_prime_with_a_raising_reward(assets, tmp_path))
+    trainer.init_workers()
+    try:
+        with pytest.raises(ValueError, match=r"failed on 8 of 8 rows of a batch \(\{'error': 8"):
+            trainer.fit()
+    finally:
+        trainer.close()
+
+
+@pytest.mark.timeout(180)
+def test_below_the_stop_threshold_prime_scores_failures_zero_and_counts_them_in_the_metrics(assets, tmp_path):
+    config = _prime_with_a_raising_reward(assets, tmp_path, "reward_model.stop_at_failed_fraction=2")
     trainer = PPOTrainer(config)
     trainer.init_workers()
     try:
@@ -81,6 +97,7 @@ def test_the_prime_manager_scores_a_raising_reward_function_zero_and_goes_on(ass
         trainer.close()
     (step,) = read_metrics(trainer.tracking.log_dir)
     assert step["data"]["critic/score/max"] == 0.0 and "actor/pg_loss" in step["data"]
+    assert step["data"]["reward/error_count"] == 8.0
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,8 @@ def test_grpo_on_the_local_backend_logs_every_stage_and_changes_the_actor(assets
                 "actor/entropy", "response_length/mean", "response_length/clip_ratio", "prompt_length/mean",
                 "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor",
                 "timing_s/step", "perf/throughput", "training/global_step", "timing_s/gen/rollout_mode",
-                "timing_s/gen/generate", "timing_s/gen/trainer_mode"]:  # fmt: skip
+                "timing_s/gen/generate", "timing_s/gen/trainer_mode", "reward/extra/acc/mean",
+                "reward/non_finite_count", "reward/error_count"]:  # fmt: skip
         assert key in metrics, key
     parts = sum(metrics[f"timing_s/gen/{phase}"] for phase in ("rollout_mode", "generate", "trainer_mode"))
     assert parts <= metrics["timing_s/gen"]  # the worker's phases lie within the controller's gen stage

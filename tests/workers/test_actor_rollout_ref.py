@@ -100,6 +100,10 @@ def test_generation_uses_the_updated_actor_weights(tiny_model_path, ppo_batch):
     recomputed = group.compute_log_prob(copy.deepcopy(generated)).batch[F.OLD_LOG_PROBS]
     mask = generated.batch[F.RESPONSE_MASK].bool()
     torch.testing.assert_close(recomputed[mask], generated.batch[F.ROLLOUT_LOG_PROBS][mask], rtol=1e-3, atol=1e-3)
+    (synced,) = generated.meta_info[F.METRICS]["rollout/weight_sync_gb"]  # one rank
+    assert synced > 0 and generated.meta_info[F.METRICS]["rollout/weight_sync_buckets"] == [0]  # one rank: no gather
+    again = group.generate_sequences(prompts)  # no update since: the engine holds the weights already
+    assert "rollout/weight_sync_gb" not in again.meta_info[F.METRICS]
 
 
 def test_a_method_of_a_missing_role_says_which_role_is_missing(tiny_model_path, ppo_batch):

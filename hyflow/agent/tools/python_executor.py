@@ -1,44 +1,34 @@
-"""`python`: runs model-written Python in a fresh, limited subprocess and returns what it printed.
+"""`python`: runs model-written Python in the bubblewrap sandbox (`hyflow.sandbox`) and returns what it printed.
 
-What is enforced, per call:
-- a fresh interpreter in isolated mode (`python -I`: no user site, no PYTHON* variables), a minimal environment,
-  stdin closed, a new temporary working directory that is deleted afterwards;
-- wall-clock limit `time_limit` (the process group is killed) and CPU-time limit (`RLIMIT_CPU`);
-- memory limit `memory_limit_mb` (`RLIMIT_AS`), file-size limit (`RLIMIT_FSIZE`), no core dumps;
-- output cap `max_output_bytes` (stdout and stderr together; the process is killed once it is exceeded);
-- no network and no child processes: an audit hook (PEP 578) installed before the code runs rejects socket
-  creation, connect, bind, name lookups, `subprocess`, `os.system`, `exec*`, `spawn*` and `fork`; and when
-  `unshare -rn` works on the host, the process also runs in its own empty network namespace.
-This stops mistakes and casual misuse by a policy being trained; it is not a security boundary against code written
-to escape (native code through `ctypes` can bypass audit hooks). Run untrusted workloads in a container.
+Each call runs `python -I main.py` in a fresh sandbox: no network, no other process or file of the host visible,
+a read-only system, a private size-capped `/tmp` as the only writable path (its working directory), rlimits for
+CPU time (`time_limit` rounded up, + 1 s), address space (`memory_limit_mb`), file size (`max_file_bytes`), open
+files and processes (`max_processes`), and a wall-clock limit `time_limit` that kills every process the code
+started. stdout and stderr come back together, capped at `max_output_bytes` (the run is stopped beyond it). See
+`hyflow.sandbox` for what this does and does not protect against.
+
+No working `bwrap` on the machine: the tool refuses to start and says how to install bubblewrap. `sandbox: none`
+(unsafe: trusted code only) runs the code as a plain limited subprocess with an audit hook (PEP 578) refusing
+sockets and child processes, which plain Python can switch off.
 
     tools:
       - class_name: python
-        config: {time_limit: 5, memory_limit_mb: 1024, max_output_bytes: 4096}
+        config: {time_limit: 5, memory_limit_mb: 1024, max_output_bytes: 4096}     # sandbox: bwrap (default)
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import logging
-import math
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hyflow.agent.tools.base import BaseTool, ToolConfig, ToolResponse
+from hyflow.sandbox import PYTHON, SandboxConfig, SandboxKind, SandboxResult, require_sandbox, run_in_sandbox
 
 logger = logging.getLogger(__name__)
 
-# Runs inside the child: install the audit hook, then run the user's file as __main__ with clean globals.
+# `sandbox: none` only: runs inside the child, installs the audit hook, then runs the user's file as __main__
+# with clean globals.
 _BOOTSTRAP = """
 import sys
 _BLOCKED = frozenset({
@@ -60,102 +50,34 @@ exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
 
 @dataclass
 class PythonToolConfig(ToolConfig):
-    time_limit: float = 5.0  # wall-clock seconds of one run (CPU seconds are limited to the same, rounded up)
-    memory_limit_mb: int = 1024  # address-space limit of the child process
+    sandbox: SandboxKind = "bwrap"  # "none": no isolation (unsafe, trusted code only)
+    time_limit: float = 5.0  # wall-clock seconds of one run (CPU seconds are limited to the same, rounded up, + 1)
+    memory_limit_mb: int = 1024  # address-space limit of the program
     max_output_bytes: int = 4096  # stdout + stderr kept; the run is stopped once it prints more
     max_file_bytes: int = 16 * 2**20  # largest file the code may write in its working directory
-    use_network_namespace: bool = True  # also isolate the network with `unshare -rn` when the host allows it
+    work_dir_mb: int = 64  # size of the private writable /tmp (bwrap)
+    max_processes: int = 16  # processes and threads the code may run at once (bwrap)
+
+    def sandbox_config(self) -> SandboxConfig:
+        return SandboxConfig(
+            sandbox=self.sandbox,
+            time_limit=self.time_limit,
+            memory_limit_mb=self.memory_limit_mb,
+            max_output_bytes=self.max_output_bytes,
+            max_file_bytes=self.max_file_bytes,
+            work_dir_mb=self.work_dir_mb,
+            max_processes=self.max_processes,
+        )
 
 
-@dataclass
-class ExecutionResult:
-    """How one run ended. `exit_code` is None when the run was stopped (time limit or output cap)."""
-
-    output: str
-    exit_code: int | None
-    timed_out: bool = False
-    output_truncated: bool = False
+async def run_python(code: str, config: PythonToolConfig) -> SandboxResult:
+    """Run `code` as `main.py` in the sandbox the config names (see the module docstring); stderr is merged."""
+    guard = ["-c", _BOOTSTRAP] if config.sandbox == "none" else []
+    argv = [PYTHON, "-I", *guard, "main.py"]
+    return await run_in_sandbox(argv, config.sandbox_config(), files={"main.py": code}, merge_stderr=True)
 
 
-@functools.cache
-def network_namespace_available() -> bool:
-    """Whether `unshare -rn` (a user + network namespace without privileges) works here; checked once."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return False
-    try:
-        return subprocess.run([unshare, "-rn", "true"], capture_output=True, timeout=5).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def _set_limits(config: PythonToolConfig) -> None:
-    """preexec_fn of the child (runs after fork, before exec): resource limits."""
-    import resource
-
-    cpu_seconds = math.ceil(config.time_limit) + 1
-    memory = config.memory_limit_mb * 2**20
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (config.max_file_bytes, config.max_file_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-async def _read_capped(stream: asyncio.StreamReader, chunks: list[bytes], max_bytes: int) -> bool:
-    """Append what arrives to `chunks` (kept when the read is cancelled) until EOF or until more than `max_bytes`
-    arrived; returns whether the output went over the cap."""
-    size = 0
-    while chunk := await stream.read(65536):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > max_bytes:
-            return True
-    return False
-
-
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-
-
-async def run_python(code: str, config: PythonToolConfig) -> ExecutionResult:
-    """Run `code` in a limited subprocess (see the module docstring) and collect its output."""
-    prefix = ["unshare", "-rn"] if config.use_network_namespace and network_namespace_available() else []
-    with tempfile.TemporaryDirectory(prefix="hyflow-python-") as workdir:
-        script = Path(workdir, "main.py")
-        script.write_text(code)
-        env = {"PATH": os.defpath, "HOME": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
-        process = await asyncio.create_subprocess_exec(
-            *prefix, sys.executable, "-I", "-c", _BOOTSTRAP, str(script),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            cwd=workdir, env=env, start_new_session=True, preexec_fn=functools.partial(_set_limits, config),
-        )  # fmt: skip
-        chunks: list[bytes] = []
-        truncated, timed_out = False, False
-        try:
-            truncated = await asyncio.wait_for(
-                _read_capped(process.stdout, chunks, config.max_output_bytes), config.time_limit
-            )
-            if truncated:
-                _kill_group(process)
-            await asyncio.wait_for(process.wait(), config.time_limit)
-        except TimeoutError:
-            timed_out = True
-        finally:
-            _kill_group(process)
-            await process.wait()
-    stopped = timed_out or truncated
-    output = b"".join(chunks)[: config.max_output_bytes]
-    return ExecutionResult(
-        output=output.decode("utf-8", errors="replace"),
-        exit_code=None if stopped else process.returncode,
-        timed_out=timed_out,
-        output_truncated=truncated,
-    )
-
-
-def describe_result(result: ExecutionResult, config: PythonToolConfig) -> str:
+def describe_result(result: SandboxResult, config: PythonToolConfig) -> str:
     """The text the model sees: the output, plus a note when the run did not end normally."""
     notes = []
     if result.timed_out:
@@ -164,7 +86,7 @@ def describe_result(result: ExecutionResult, config: PythonToolConfig) -> str:
         notes.append(f"[stopped: output longer than {config.max_output_bytes} bytes]")
     if result.exit_code not in (0, None):
         notes.append(f"[exit code {result.exit_code}]")
-    text = result.output.rstrip("\n")
+    text = result.stdout.decode("utf-8", errors="replace").rstrip("\n")
     return "\n".join([text, *notes]) if text else ("\n".join(notes) or "[no output]")
 
 
@@ -184,6 +106,13 @@ class PythonTool(BaseTool):
             },
         },
     }
+
+    def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | None = None) -> None:
+        super().__init__(config, tool_schema)
+        self.config.sandbox_config()  # the limits are checked now, not at the first call
+        require_sandbox(self.config.sandbox)
+        if self.config.sandbox == "none":
+            logger.warning("tool %s runs code without a sandbox (sandbox: none): trusted code only", self.name)
 
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any

@@ -4,31 +4,49 @@
     result = manager(data, return_dict=True)      # {"reward_tensor": (B, R), "reward_extra_info": {...}}
 
 A new manager subclasses `RewardManager`, sets `name`, decorates itself with `@register_reward_manager`, and lives
-in a file of this package (every module here is imported on the first look-up).
+in a file of this package (every module here is imported on the first look-up). Code ported from verl keeps its
+spelling: `@register("my_manager")` and `REWARD_MANAGER_REGISTRY`, the name -> class dict itself.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 
 from hyflow.reward.managers.base import RewardManager, ScoringBatch
 
-_MANAGERS: dict[str, type[RewardManager]] = {}
+REWARD_MANAGER_REGISTRY: dict[str, type[RewardManager]] = {}
 _ALL_IMPORTED = False
 
-__all__ = ["RewardManager", "ScoringBatch", "get_reward_manager_cls", "register_reward_manager"]
+__all__ = [
+    "REWARD_MANAGER_REGISTRY",
+    "RewardManager",
+    "ScoringBatch",
+    "get_reward_manager_cls",
+    "register",
+    "register_reward_manager",
+]
+
+
+def _add(name: str, cls: type) -> type:
+    existing = REWARD_MANAGER_REGISTRY.get(name)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"reward manager name {name!r} is taken by {existing.__qualname__}; pick another name.")
+    REWARD_MANAGER_REGISTRY[name] = cls
+    return cls
 
 
 def register_reward_manager(cls: type[RewardManager]) -> type[RewardManager]:
     """Class decorator: make `cls` selectable as `reward_model.reward_manager=<cls.name>`."""
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} needs a class attribute `name` to be registered.")
-    existing = _MANAGERS.get(cls.name)
-    if existing is not None and existing is not cls:
-        raise ValueError(f"reward manager name {cls.name!r} is taken by {existing.__qualname__}; pick another name.")
-    _MANAGERS[cls.name] = cls
-    return cls
+    return _add(cls.name, cls)
+
+
+def register(name: str) -> Callable[[type], type]:
+    """verl's decorator: `@register("my_manager")` registers the class under that name."""
+    return lambda cls: _add(name, cls)
 
 
 def _import_all() -> None:
@@ -42,8 +60,9 @@ def _import_all() -> None:
 def get_reward_manager_cls(name: str) -> type[RewardManager]:
     """The manager class registered as `name`; a ValueError lists the registered names otherwise."""
     _import_all()
-    if name not in _MANAGERS:
+    if name not in REWARD_MANAGER_REGISTRY:
         raise ValueError(
-            f"reward_model.reward_manager={name!r} is not a registered reward manager; use one of {sorted(_MANAGERS)}."
+            f"Unknown reward manager: {name} (reward_model.reward_manager={name!r}); use one of "
+            f"{sorted(REWARD_MANAGER_REGISTRY)}, or register yours with @register_reward_manager."
         )
-    return _MANAGERS[name]
+    return REWARD_MANAGER_REGISTRY[name]

@@ -8,12 +8,20 @@ A subclass implements `score(batch) -> list[float | dict]`. A dict result carrie
 come back as `reward_extra_info` (one list per key, `nan` for rows whose scorer did not report that key; average
 them with `np.nanmean`). Rows whose `reward_model.style` is "model" are not given to the rule scorer: they take
 the reward model's `rm_scores` alone. For "rule" rows, `rm_scores`, when the batch has them, are added.
+
+Every score is checked where it is produced: a result that is not a number is a `RewardFunctionError` naming the
+function, the row and the value; a NaN or ±inf score is one too (`on_non_finite="error"`, the default) or scores 0
+and is flagged in the per-row extra `reward_non_finite` (`on_non_finite="zero"`). Per-row failure flags
+(`FAILURE_FLAGS`: the prime manager's errors, crashes and timeouts, and non-finite scores) become the metrics
+`reward/<kind>_count` (`hyflow.reward.metrics`); when at least `stop_at_failed_fraction` of a batch's rows failed,
+the run stops with a `RewardFunctionError` instead of training on zeros.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import numbers
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -25,6 +33,20 @@ from hyflow.protocol import DataProto
 from hyflow.reward.scorers import default_compute_score
 
 logger = logging.getLogger(__name__)
+
+# failure kind -> per-row 0/1 extra that flags it
+FAILURE_FLAGS = {"error": "reward_error", "crash": "reward_crash", "timeout": "reward_timeout",
+                 "non_finite": "reward_non_finite"}  # fmt: skip
+NON_FINITE_MODES = ("error", "zero")
+
+
+class RewardFunctionError(ValueError):
+    """A reward function failed in a way that must stop the run; the message names the function and the rows."""
+
+
+def describe_function(fn: Any) -> str:
+    """A readable name of a scoring function for error messages."""
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 @dataclass
@@ -81,21 +103,6 @@ def decode_batch(tokenizer: Any, data: DataProto, rows: list[int], reward_fn_key
     )
 
 
-def split_results(results: list[float | dict[str, Any]], num_rows: int) -> tuple[list[float], dict[str, list]]:
-    """(scores, extra info lists) from scorer results; dict results give their `score` and extra fields."""
-    scores, extras = [], [{} for _ in range(num_rows)]
-    for i, result in enumerate(results):
-        if isinstance(result, dict):
-            if "score" not in result:
-                raise ValueError(f"a reward function returned a dict without 'score' (keys {sorted(result)}).")
-            scores.append(float(result["score"]))
-            extras[i] = {k: v for k, v in result.items() if k != "score"}
-        else:
-            scores.append(float(result))
-    keys = sorted({key for extra in extras for key in extra})
-    return scores, {key: [extra.get(key, math.nan) for extra in extras] for key in keys}
-
-
 class RewardManager:
     """Base class: subclasses implement `score`; `__call__` turns a DataProto into `token_level_scores`.
 
@@ -107,17 +114,43 @@ class RewardManager:
     batched: ClassVar[bool] = False  # True: compute_score takes lists (data_sources=..., solution_strs=..., ...)
 
     def __init__(
-        self, tokenizer: Any, num_examine: int = 0, compute_score: Any = None, reward_fn_key: str = F.DATA_SOURCE
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Any = None,
+        reward_fn_key: str = F.DATA_SOURCE,
+        on_non_finite: str = "error",
+        stop_at_failed_fraction: float = 1.0,
+        timeout_s: float | None = None,
     ) -> None:
+        if on_non_finite not in NON_FINITE_MODES:
+            raise ValueError(f"reward_model.on_non_finite={on_non_finite!r} must be one of {list(NON_FINITE_MODES)}.")
+        if not stop_at_failed_fraction > 0:
+            raise ValueError(
+                f"reward_model.stop_at_failed_fraction={stop_at_failed_fraction} must be > 0 (1.0: stop when every "
+                "row of a batch failed; above 1: never stop)."
+            )
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = compute_score if compute_score is not None else default_compute_score
         self.reward_fn_key = reward_fn_key
+        self.on_non_finite, self.stop_at_failed_fraction = on_non_finite, stop_at_failed_fraction
+        self.timeout_s = timeout_s
+
+    @staticmethod
+    def failure_settings(config: Any) -> dict[str, Any]:
+        """The keyword arguments every manager takes from `reward_model.*` (for `from_config` overrides)."""
+        rm = config.reward_model
+        return {
+            "on_non_finite": rm.on_non_finite,
+            "stop_at_failed_fraction": rm.stop_at_failed_fraction,
+            "timeout_s": rm.timeout_s,
+        }
 
     @classmethod
     def from_config(cls, config: Any, tokenizer: Any, num_examine: int, compute_score: Any) -> RewardManager:
         """Build from the root `PPOTrainerConfig`; managers with settings of their own override this."""
-        return cls(tokenizer, num_examine, compute_score, config.data.reward_fn_key)
+        return cls(tokenizer, num_examine, compute_score, config.data.reward_fn_key, **cls.failure_settings(config))
 
     def score(self, batch: ScoringBatch) -> list[float | dict[str, Any]]:
         """One result (a float, or a dict with `score`) per row of `batch`."""
@@ -136,7 +169,8 @@ class RewardManager:
             )
         batch = decode_batch(self.tokenizer, data, rule_rows, self.reward_fn_key)
         results = self.score(batch) if rule_rows else []
-        scores, extra = split_results(results, len(rule_rows))
+        scores, extra = self._checked_scores(batch, results)
+        self._stop_if_failing(batch, extra)
         reward_tensor = torch.zeros(num_rows, response_len, dtype=torch.float32)
         for row, length, value in zip(batch.rows, batch.response_lengths, scores):
             if length > 0:  # an empty response has no token to carry a reward
@@ -148,6 +182,61 @@ class RewardManager:
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": extra_info}
         return reward_tensor
+
+    def _where(self, batch: ScoringBatch, i: int) -> str:
+        return (
+            f"reward function {describe_function(self.compute_score)}, row {batch.rows[i]} "
+            f"(data_source={batch.data_sources[i]!r}, response {batch.solution_strs[i][:80]!r})"
+        )
+
+    def _score_of(self, batch: ScoringBatch, i: int, result: Any) -> tuple[float, dict[str, Any]]:
+        """(score, extra fields) of one result; a non-number or (on_non_finite="error") a NaN/inf is an error."""
+        fields = {}
+        value = result
+        if isinstance(result, dict):
+            if "score" not in result:
+                raise RewardFunctionError(
+                    f"{self._where(batch, i)} returned a dict without 'score' (keys {sorted(result)}); add 'score'."
+                )
+            value, fields = result["score"], {k: v for k, v in result.items() if k != "score"}
+        zero_dim = getattr(value, "ndim", None) == 0 and hasattr(value, "item")  # a 0-d numpy array or tensor
+        if not (isinstance(value, numbers.Real) or zero_dim):
+            raise RewardFunctionError(
+                f"{self._where(batch, i)} returned {value!r:.80} ({type(value).__name__}); a reward function returns "
+                "a number, or a dict with a number under 'score'."
+            )
+        score = float(value)
+        if math.isfinite(score):
+            return score, {**fields, FAILURE_FLAGS["non_finite"]: 0.0}
+        if self.on_non_finite == "error":
+            raise RewardFunctionError(
+                f"{self._where(batch, i)} returned the non-finite score {score}. Fix the function, or set "
+                "reward_model.on_non_finite=zero to score such responses 0 (counted in reward/non_finite_count)."
+            )
+        logger.warning("%s returned %s: scored 0 (reward_model.on_non_finite=zero)", self._where(batch, i), score)
+        return 0.0, {**fields, FAILURE_FLAGS["non_finite"]: 1.0}
+
+    def _checked_scores(self, batch: ScoringBatch, results: list[Any]) -> tuple[list[float], dict[str, list]]:
+        """(scores, extra info lists): each result checked; rows that lack a key get nan (flags: 0)."""
+        checked = [self._score_of(batch, i, result) for i, result in enumerate(results)]
+        keys = sorted({key for _, fields in checked for key in fields})
+        flags = set(FAILURE_FLAGS.values())
+        extra = {key: [fields.get(key, 0.0 if key in flags else math.nan) for _, fields in checked] for key in keys}
+        return [score for score, _ in checked], extra
+
+    def _stop_if_failing(self, batch: ScoringBatch, extra: dict[str, list]) -> None:
+        """RewardFunctionError when at least `stop_at_failed_fraction` of the rows carry a failure flag."""
+        flagged = [extra[flag] for flag in FAILURE_FLAGS.values() if flag in extra]
+        failed = [i for i in range(len(batch.rows)) if any(values[i] == 1.0 for values in flagged)]
+        if not failed or len(failed) < self.stop_at_failed_fraction * len(batch.rows):
+            return
+        counts = {kind: int(sum(extra[flag])) for kind, flag in FAILURE_FLAGS.items() if flag in extra}
+        raise RewardFunctionError(
+            f"reward function {describe_function(self.compute_score)} failed on {len(failed)} of {len(batch.rows)} "
+            f"rows of a batch ({counts}; the first is {self._where(batch, failed[0])}); the warnings above name each "
+            "row's failure. Training on these rewards would learn nothing, so the run stops: fix the function, or "
+            "set reward_model.stop_at_failed_fraction above 1 to go on regardless."
+        )
 
     @staticmethod
     def _all_rows(values: list, rows: list[int], num_rows: int) -> list:

@@ -20,11 +20,13 @@ from typing import Any
 ScoreFn = Callable[..., "float | dict[str, Any]"]
 
 _SCORERS: dict[str, ScoreFn] = {}
+_WITHOUT_GROUND_TRUTH: set[str] = set()  # data sources whose scorer reads no ground_truth
 _ALL_IMPORTED = False
 
 
-def register_scorer(*data_sources: str) -> Callable[[ScoreFn], ScoreFn]:
-    """Decorator: register `fn(data_source, solution_str, ground_truth, extra_info=None)` for these data sources."""
+def register_scorer(*data_sources: str, needs_ground_truth: bool = True) -> Callable[[ScoreFn], ScoreFn]:
+    """Decorator: register `fn(data_source, solution_str, ground_truth, extra_info=None)` for these data sources.
+    `needs_ground_truth=False` lets their rows hold `ground_truth: None` (otherwise rejected when the data loads)."""
     if not data_sources:
         raise ValueError("register_scorer needs at least one data source name, e.g. @register_scorer('my/task').")
 
@@ -37,6 +39,8 @@ def register_scorer(*data_sources: str) -> Callable[[ScoreFn], ScoreFn]:
                     f"{existing.__qualname__}; pick another data source name or drop one registration."
                 )
             _SCORERS[name] = fn
+            if not needs_ground_truth:
+                _WITHOUT_GROUND_TRUTH.add(name)
         return fn
 
     return decorator
@@ -56,6 +60,12 @@ def registered_data_sources() -> list[str]:
     """All data source names that have a built-in scorer."""
     _import_all_scorers()
     return sorted(_SCORERS)
+
+
+def needs_ground_truth(data_source: str) -> bool:
+    """False only for data sources whose registered scorer declared `needs_ground_truth=False`."""
+    _import_all_scorers()
+    return data_source not in _WITHOUT_GROUND_TRUTH
 
 
 def get_scorer(data_source: str) -> ScoreFn:
