@@ -50,6 +50,7 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | turn_scores        | list[float] | the interaction's reward for each user turn of an agent episode         |
 | tool_rewards       | list[float] | the reward each executed tool call returned                             |
 | tool_scores        | dict        | tool name -> that tool's `calc_reward` score for the whole episode      |
+| agent_reward       | float/None  | the reward an `openai_agent` function returned (None: it returned none) |
 
 Meta fields (`DataProto.meta_info`, one value for the whole batch):
 
@@ -125,6 +126,7 @@ FINISH_REASON = "finish_reason"
 TURN_SCORES = "turn_scores"
 TOOL_REWARDS = "tool_rewards"
 TOOL_SCORES = "tool_scores"
+AGENT_REWARD = "agent_reward"
 
 # ---- meta fields (DataProto.meta_info) ----
 TEMPERATURE = "temperature"
@@ -174,6 +176,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TURN_SCORES, "(B,)", "list[float]", "non_tensor", "the interaction's reward for each user turn"),
     FieldSpec(TOOL_REWARDS, "(B,)", "list[float]", "non_tensor", "the reward each executed tool call returned"),
     FieldSpec(TOOL_SCORES, "(B,)", "dict", "non_tensor", "tool name -> that tool's score for the whole episode"),
+    FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "the reward an openai_agent function returned, or None"),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),
     FieldSpec(DO_SAMPLE, "", "bool", "meta", "sample (True) or decode greedily (False)"),
     FieldSpec(VALIDATE, "", "bool", "meta", "the batch is a validation batch"),

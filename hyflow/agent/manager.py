@@ -48,7 +48,7 @@ from hyflow.rollout.worker_rollout import row_sampling_params, sampling_for_batc
 logger = logging.getLogger(__name__)
 
 # Per-sample reward extras the loops return (not yet in hyflow/fields.py).
-EXTRA_FIELDS = (F.TURN_SCORES, F.TOOL_REWARDS, F.TOOL_SCORES)
+EXTRA_FIELDS = (F.TURN_SCORES, F.TOOL_REWARDS, F.TOOL_SCORES, F.AGENT_REWARD)
 
 
 def register_loops_from_config(path: str) -> None:

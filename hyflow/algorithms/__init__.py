@@ -6,6 +6,7 @@
 - policy losses, registered by name: `get_policy_loss_fn("vanilla")`, `@register_policy_loss("my_loss")`
   (`policy_losses.py`: vanilla PPO with clip-higher and dual-clip, GSPO, GPG, CISPO; `covariance_losses.py`:
   Clip-Cov, KL-Cov)
+- PF-PPO's resampling by reward (`pf_ppo.py`: `pf_ppo_sample_indices`)
 - `agg_loss` (token / sequence normalisation), `kl_penalty` and the KL controllers, `compute_value_loss`,
   `entropy_from_logits`, and the masked statistics they are built from.
 """

@@ -61,7 +61,7 @@ class ActorConfig:
     use_kl_loss: bool = False  # KL to the ref policy as a loss term (GRPO) instead of in the reward
     kl_loss_coef: float = 0.001
     kl_loss_type: KLLossType = "low_var_kl"
-    ulysses_sequence_parallel_size: int = 1  # only 1: hyflow has no sequence parallelism
+    ulysses_sequence_parallel_size: int = 1  # verl's; read as data parallelism at load (sequence_parallel.py)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -112,11 +112,12 @@ class AgentConfig:
 class RolloutConfig:
     """Generation: engine, sampling, lengths, memory, and log-probs of the actor's old policy.
 
-    `name`: `hyflow` (hyflow's engine) or `hf` (`transformers.generate`); verl's `vllm` / `sglang` run on hyflow's
-    engine (normalised at load with a notice). `prompt_length` / `response_length` default to `data.max_*_length`.
+    `name`: `hyflow` (hyflow's engine) or `hf` (`transformers.generate`); verl's `vllm` / `sglang` / `trtllm` run
+    on hyflow's engine (normalised at load with a notice). `prompt_length` / `response_length` default to
+    `data.max_*_length`.
     """
 
-    name: Literal["hyflow", "hf", "vllm", "sglang"] = "hyflow"
+    name: Literal["hyflow", "hf", "vllm", "sglang", "trtllm"] = "hyflow"
     mode: Literal["sync", "async"] = "sync"  # async: agent loops over the async per-request API
     temperature: float = 1.0
     top_k: int = -1  # -1: off
@@ -165,6 +166,7 @@ class ActorRolloutRefConfig:
     """The hybrid engine: actor, rollout and ref share one process per device and one model."""
 
     hybrid_engine: bool = True  # only True: hyflow always colocates training and generation
+    nccl_timeout: int = 600  # seconds a collective of the workers' process group may wait before it fails
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

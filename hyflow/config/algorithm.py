@@ -38,6 +38,14 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class PFPPOConfig:
+    """PF-PPO's resampling of the batch by reward (`hyflow.algorithms.pf_ppo`)."""
+
+    reweight_method: Literal["pow", "max_min", "max_random"] = "pow"  # how a response's score becomes its weight
+    weight_pow: float = 2.0  # the exponent of |score| for reweight_method=pow
+
+
+@dataclass
 class AlgorithmConfig:
     """How rewards become advantages."""
 
@@ -49,3 +57,5 @@ class AlgorithmConfig:
     kl_penalty: KLPenaltyType = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    use_pf_ppo: bool = False  # resample each batch by reward after the advantages (with adv_estimator=gae, as verl)
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)

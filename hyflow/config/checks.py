@@ -32,6 +32,7 @@ from hyflow.config.convert import fill_inherited
 from hyflow.config.files import check_paths, expand_user_paths
 from hyflow.config.ppo_trainer import PPOTrainerConfig
 from hyflow.config.ranges import check_ranges
+from hyflow.config.sequence_parallel import fold_sequence_parallel
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +65,9 @@ def data_parallel_size(config: PPOTrainerConfig) -> int:
 
 
 def _normalise(config: PPOTrainerConfig) -> None:
+    fold_sequence_parallel(config)  # verl's Ulysses sizes, read as plain data parallelism
     rollout = config.actor_rollout_ref.rollout
-    if rollout.name in ("vllm", "sglang"):
+    if rollout.name in ("vllm", "sglang", "trtllm"):
         logger.warning(
             "config: %s.name=%s: hyflow runs this on its own generation engine (name=hyflow); "
             "the sampling settings mean the same.",

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from hyflow.config.ppo_trainer import PPOTrainerConfig
-from hyflow.config.verl_compat import ignored_reason, renamed_key, unsupported_reason, unsupported_value_reason
+from hyflow.config.verl_compat import (
+    aliased_value,
+    ignored_reason,
+    is_verl_default,
+    renamed_key,
+    unsupported_reason,
+    unsupported_value_reason,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +140,8 @@ class KeyStatus:
 
 def resolve_key(key: str, value: Any = _NO_VALUE) -> KeyStatus:
     """Map a command-line key to hyflow's key, or say why it is ignored or invalid (renames log a notice).
-    `value` matters only for verl features hyflow lacks: switched off (false / null), they are accepted."""
+    `value` matters only for verl features hyflow lacks: switched off (false / null / verl's default), they are
+    accepted."""
     renamed = renamed_key(key)
     if renamed is not None:
         logger.warning("config: %r is the verl spelling of %r; reading it as %r.", key, renamed, renamed)
@@ -159,7 +167,7 @@ def _classify_missing(key: str, level_names: list[str], prefix: str, value: Any)
     if reason is not None:
         return KeyStatus("ignored", key, f"config: ignoring verl key {key!r}: {reason}.")
     reason = unsupported_reason(key)
-    if reason is not None and value in (False, None):
+    if reason is not None and (value in (False, None) or is_verl_default(key, value)):
         return KeyStatus("ignored", key, f"config: ignoring {key}={value}: hyflow does not implement {reason}.")
     if reason is not None:
         return KeyStatus("invalid", key, unsupported_key_message(key, reason))
@@ -178,7 +186,7 @@ def to_dataclass(
     Keys missing from `data` take the dataclass default. Returns the instance (built from the valid keys only
     when there were problems; the caller raises once all sections are checked).
     """
-    data = _apply_renames(dict(data), prefix)
+    data = _apply_renames(copy.deepcopy(dict(data))) if not prefix else dict(data)
     types_here = _field_types(cls)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
@@ -202,17 +210,20 @@ def to_dataclass(
     return cls(**kwargs)
 
 
-def _apply_renames(data: dict[str, Any], prefix: str) -> dict[str, Any]:
-    for name in list(data):
-        key = _join(prefix, str(name))
-        target = renamed_key(key)
-        if target is None:
-            continue
-        logger.warning("config: %r is the verl spelling of %r; reading it as %r.", key, target, target)
-        value = data.pop(name)
-        relative = target[len(prefix) + 1 :] if prefix else target
+def _apply_renames(data: dict[str, Any]) -> dict[str, Any]:
+    """Move every value at a verl spelling to hyflow's key, anywhere in the tree (keys are full paths from the
+    root, so a rename may change sections: `actor_rollout_ref.actor.optim.clip_grad` -> `...actor.grad_clip`)."""
+    moves: list[tuple[str, str]] = []
+    _collect_renames(data, "", moves)
+    for key, target in moves:
+        *parents, leaf = key.split(".")
         node = data
-        *parents, leaf = relative.split(".")
+        for parent in parents:
+            node = node[parent]
+        value = node.pop(leaf)
+        logger.warning("config: %r is the verl spelling of %r; reading it as %r.", key, target, target)
+        *parents, leaf = target.split(".")
+        node = data
         for parent in parents:
             node = node.setdefault(parent, {})
         if isinstance(value, Mapping) and isinstance(node.get(leaf), Mapping):
@@ -222,8 +233,19 @@ def _apply_renames(data: dict[str, Any], prefix: str) -> dict[str, Any]:
     return data
 
 
+def _collect_renames(node: Mapping[str, Any], prefix: str, moves: list[tuple[str, str]]) -> None:
+    for name, value in node.items():
+        key = _join(prefix, str(name))
+        target = renamed_key(key)
+        if target is not None:
+            moves.append((key, target))
+        elif isinstance(value, Mapping):
+            _collect_renames(value, key, moves)
+
+
 def convert_value(value: Any, hint: Any, key: str, problems: list[str]) -> Any:
     """Check `value` against the type `hint` of `key`; return it (converted) or `_INVALID` after recording why."""
+    value = aliased_value(key, value)
     reason = unsupported_value_reason(key, value)
     if reason is not None:
         problems.append(reason)

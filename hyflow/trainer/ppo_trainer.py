@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hyflow import fields as F
 from hyflow.algorithms import get_kl_controller
@@ -52,7 +53,7 @@ from hyflow.trainer.metrics import (
     timer,
 )
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
-from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask
+from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask, pf_ppo_resample
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.tracking import Tracking
 
@@ -184,17 +185,18 @@ class PPOTrainer:
             logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
             return metrics
         progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
-        for epoch, batch, timing, started in self._training_batches():
-            self.global_step += 1
-            batch, metrics = self.train_step(batch, timing)
-            metrics.update(self._validate_if_due(timing))
-            timing["step"] = time.perf_counter() - started
-            metrics.update(self._step_metrics(batch, timing, epoch))
-            self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
-            self._save_if_due()
-            progress.update(1)
-            if self.global_step >= self.total_training_steps:
-                break
+        with logging_redirect_tqdm():  # log lines, like the console table, print above the bar, never onto it
+            for epoch, batch, timing, started in self._training_batches():
+                self.global_step += 1
+                batch, metrics = self.train_step(batch, timing)
+                metrics.update(self._validate_if_due(timing))
+                timing["step"] = time.perf_counter() - started
+                metrics.update(self._step_metrics(batch, timing, epoch))
+                self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
+                self._save_if_due()
+                progress.update(1)
+                if self.global_step >= self.total_training_steps:
+                    break
         progress.close()
         return metrics
 
@@ -335,7 +337,7 @@ class PPOTrainer:
             metrics.update({name: float(value) for name, value in kl_metrics.items()})
         else:
             batch.batch[F.TOKEN_LEVEL_REWARDS] = batch.batch[F.TOKEN_LEVEL_SCORES]
-        return compute_advantage(
+        batch = compute_advantage(
             batch,
             adv_estimator=algorithm.adv_estimator,
             gamma=algorithm.gamma,
@@ -344,6 +346,9 @@ class PPOTrainer:
             norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
             config=algorithm,
         )
+        if algorithm.use_pf_ppo and algorithm.adv_estimator == "gae":  # verl applies PF-PPO with GAE only
+            batch = pf_ppo_resample(batch, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
+        return batch
 
     # ---- after the update -------------------------------------------------------------------------------
     def _validate_if_due(self, timing: dict[str, float]) -> dict[str, float]:

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hyflow import fields as F
 from hyflow.algorithms import agg_loss
@@ -81,7 +83,8 @@ class SFTTrainer:
     """Builds the data, model and optimizer from an `SFTConfig`; `fit()` trains, validates and saves."""
 
     def __init__(self, config: SFTConfig) -> None:
-        self.config = config
+        # LoRA from a saved adapter (model.lora_adapter_path) takes the adapter's rank, alpha and targets
+        self.config = config = dataclasses.replace(config, model=builders.with_adapter_settings(config.model))
         _check_device(config.trainer.device)
         init_distributed_from_env()
         self.rank = dist.get_rank() if is_distributed() else 0
@@ -216,27 +219,33 @@ class SFTTrainer:
                 trainer.project_name, trainer.experiment_name, trainer.logger, self.config, trainer.log_dir
             )
         history: list[dict[str, float]] = []
-        while self.global_step < self.total_steps:
-            start = time.perf_counter()
-            metrics = self.train_step(self.train_batch(self.global_step))
-            self.global_step += 1
-            step, last = self.global_step, self.global_step == self.total_steps
-            if self.val_set is not None and (last or (trainer.test_freq > 0 and step % trainer.test_freq == 0)):
-                metrics.update(self.validate())
-            values = {name: float(value) for name, value in metrics.items()}  # host sync: once per step
-            warn_about_skipped_steps([values["train/num_skipped_steps"]], "train")
-            values["timing_s/step"] = time.perf_counter() - start
-            values["train/epoch"] = (step - 1) // self.steps_per_epoch
-            history.append(values)
-            if tracking is not None:
-                tracking.log(values, step)
-            stop = bool(on_step(step, values)) if on_step is not None else False
-            last = last or stop
-            if trainer.save_freq != 0 and (last or (trainer.save_freq > 0 and step % trainer.save_freq == 0)):
-                self.save_checkpoint()
-            if stop:
-                logger.info("SFT stopped early at step %d of %d", step, self.total_steps)
-                break
+        progress = tqdm(
+            total=self.total_steps, initial=self.global_step, desc="sft", unit="step", disable=self.rank != 0
+        )
+        with logging_redirect_tqdm():  # log lines print above the bar, never onto it
+            while self.global_step < self.total_steps:
+                start = time.perf_counter()
+                metrics = self.train_step(self.train_batch(self.global_step))
+                self.global_step += 1
+                step, last = self.global_step, self.global_step == self.total_steps
+                if self.val_set is not None and (last or (trainer.test_freq > 0 and step % trainer.test_freq == 0)):
+                    metrics.update(self.validate())
+                values = {name: float(value) for name, value in metrics.items()}  # host sync: once per step
+                warn_about_skipped_steps([values["train/num_skipped_steps"]], "train")
+                values["timing_s/step"] = time.perf_counter() - start
+                values["train/epoch"] = (step - 1) // self.steps_per_epoch
+                history.append(values)
+                if tracking is not None:
+                    tracking.log(values, step)
+                progress.update(1)
+                stop = bool(on_step(step, values)) if on_step is not None else False
+                last = last or stop
+                if trainer.save_freq != 0 and (last or (trainer.save_freq > 0 and step % trainer.save_freq == 0)):
+                    self.save_checkpoint()
+                if stop:
+                    logger.info("SFT stopped early at step %d of %d", step, self.total_steps)
+                    break
+        progress.close()
         if trainer.save_hf_model:
             self.save_hf_model(os.path.join(trainer.default_local_dir, HF_DIR))
         if tracking is not None:

@@ -19,6 +19,7 @@ weights, LoRA folded in, into the engine and wakes it; `trainer_mode` puts the e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -63,8 +64,10 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Join the process group, then load and shard the models of the roles this worker holds."""
-        self.init_distributed()
-        model_config = self.config.model
+        self.init_distributed(timeout_s=self.config.nccl_timeout)
+        model_config = builders.with_adapter_settings(self.config.model)  # LoRA settings of a saved adapter
+        if model_config is not self.config.model:
+            self.config = dataclasses.replace(self.config, model=model_config)
         builders.import_external_lib(model_config)
         path = builders.model_path(model_config, "actor_rollout_ref.model")
         self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model")

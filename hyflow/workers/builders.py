@@ -5,6 +5,7 @@ critic workers so both build the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
@@ -14,7 +15,7 @@ from torch import nn
 
 from hyflow.models.kernels import apply_fused_kernels
 from hyflow.models.loader import check_local_model_folder, load_causal_lm, load_tokenizer
-from hyflow.models.lora import apply_lora
+from hyflow.models.lora import adapter_settings, apply_lora, load_lora_adapter
 from hyflow.models.policy import PolicyModel
 from hyflow.workers.fsdp import apply_fsdp2, to_dtype, training_device
 from hyflow.workers.optim import build_lr_scheduler, build_optimizer
@@ -79,7 +80,9 @@ def build_policy(model_config: Any, fsdp_config: Any, mesh: Any, path: str, trai
     apply_fused_kernels_if_enabled(lm, model_config)
     if trainable and model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(lm)
-    if trainable and model_config.lora_rank > 0:
+    if trainable and model_config.lora_adapter_path:
+        lm = load_lora_adapter(lm, model_config.lora_adapter_path)
+    elif trainable and model_config.lora_rank > 0:
         lm = apply_lora(
             lm,
             model_config.lora_rank,
@@ -124,6 +127,16 @@ def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = Non
             tokenizer.save_pretrained(folder)
 
     return save
+
+
+def with_adapter_settings(model_config: Any) -> Any:
+    """`model_config` with lora_rank / lora_alpha / target_modules / exclude_modules read from its saved adapter
+    (`lora_adapter_path`, as verl does), or unchanged without one."""
+    if not model_config.lora_adapter_path:
+        return model_config
+    settings = adapter_settings(model_config.lora_adapter_path)
+    logger.info("LoRA from the adapter at %s: %s", model_config.lora_adapter_path, settings)
+    return dataclasses.replace(model_config, **settings)
 
 
 def lora_info(model_config: Any) -> dict[str, Any] | None:

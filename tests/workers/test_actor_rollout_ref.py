@@ -86,6 +86,31 @@ def test_lora_trains_only_adapters_and_the_ref_is_the_adapter_disabled(tiny_mode
 
 
 @pytest.mark.timeout(300)
+def test_lora_starts_from_a_saved_adapter_with_the_adapters_own_settings(tiny_model_path, ppo_batch, tmp_path):
+    from hyflow.models.loader import load_causal_lm
+    from hyflow.models.lora import apply_lora
+
+    saved = apply_lora(load_causal_lm(tiny_model_path), lora_rank=2, lora_alpha=4, target_modules=["v_proj"])
+    torch.manual_seed(0)
+    for name, param in saved.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_()
+    saved.save_pretrained(tmp_path / "adapter")
+    config = actor_rollout_ref_config(tiny_model_path)  # lora_rank=0: the adapter decides
+    config.model.lora_adapter_path = str(tmp_path / "adapter")
+
+    group = make_group(config, rollout=False, ref=True)
+
+    model = group.worker.config.model
+    assert (model.lora_rank, model.lora_alpha, model.target_modules) == (2, 4, ["v_proj"])
+    assert group.worker.ref is group.worker.actor  # the ref is the base model: the adapter switched off
+    data = ppo_batch(batch_size=8, seed=2)
+    actor = group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS]
+    ref = group.compute_ref_log_prob(copy.deepcopy(data)).batch[F.REF_LOG_PROB]
+    assert not torch.allclose(actor, ref)  # the saved adapter is active from the first step
+
+
+@pytest.mark.timeout(300)
 def test_generation_uses_the_updated_actor_weights(tiny_model_path, ppo_batch):
     pytest.importorskip("hyflow.rollout.worker_rollout")
     group = make_group(actor_rollout_ref_config(tiny_model_path, lora_rank=4), rollout=True)
