@@ -140,9 +140,6 @@ PAD_TOKEN_ID = "pad_token_id"
 GLOBAL_TOKEN_NUM = "global_token_num"
 GLOBAL_STEPS = "global_steps"
 SEED = "seed"
-MICRO_BATCH_SIZE = "micro_batch_size"
-MAX_TOKEN_LEN = "max_token_len"
-USE_DYNAMIC_BSZ = "use_dynamic_bsz"
 METRICS = "metrics"
 ROLLOUT_CORRECTION = "rollout_correction"
 TIMING = "timing"
@@ -193,9 +190,6 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(GLOBAL_TOKEN_NUM, "", "list[int]", "meta", "number of valid tokens of each row"),
     FieldSpec(GLOBAL_STEPS, "", "int", "meta", "the trainer's step counter"),
     FieldSpec(SEED, "", "int", "meta", "sampling seed of a generation batch (each row's seed derives from it)"),
-    FieldSpec(MICRO_BATCH_SIZE, "", "int", "meta", "micro-batch size a worker should use for this call"),
-    FieldSpec(MAX_TOKEN_LEN, "", "int", "meta", "token budget per micro-batch when use_dynamic_bsz"),
-    FieldSpec(USE_DYNAMIC_BSZ, "", "bool", "meta", "cut micro-batches by token budget instead of row count"),
     FieldSpec(METRICS, "", "dict", "meta", "metrics a worker returns to the controller"),
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
     FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),

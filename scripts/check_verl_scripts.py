@@ -183,7 +183,7 @@ def check_overrides(overrides: list[str], checkout: Path | None = None) -> tuple
     here = Path.cwd()
     try:
         os.chdir(checkout or here)
-        load_config(overrides)
+        load_config(overrides, check_files=False)  # the scripts' models and data are on their cluster
         problems: list[str] = []
     except ConfigError as err:
         problems = list(err.problems)

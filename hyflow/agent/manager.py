@@ -1,6 +1,6 @@
 """AgentLoopManager: runs one agent loop per sample, concurrently, and packs the trajectories into a DataProto.
 
-    manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[EngineServer(engine)])
+    manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[LocalEngineServer(engine)])
     gen_batch = manager.generate_sequences(batch)      # batch: raw_prompt (+ agent_name, tools_kwargs, extra_info)
 
 Each sample runs the loop named by its `agent_name` (`rollout.agent.default_agent_loop` when the batch has none) as

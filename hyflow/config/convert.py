@@ -39,8 +39,8 @@ _NO_VALUE = object()  # resolve_key called without the value being set
 
 
 def default_dict(cls: type = PPOTrainerConfig) -> dict[str, Any]:
-    """The defaults of a config dataclass as a plain nested dict. An inherited field is the interpolation
-    `${path}` (as in verl's YAML; `--cfg job --resolve` shows its value); a derived field stays None."""
+    """The defaults of a config dataclass as a plain nested dict. An inherited or derived field is None: `finalize`
+    fills it once the user's values are known (`--cfg job` prints the filled config)."""
     return _instance_to_defaults(cls())
 
 
@@ -48,9 +48,7 @@ def _instance_to_defaults(instance: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(instance):
         value = getattr(instance, f.name)
-        if "inherit" in f.metadata:
-            value = "${" + f.metadata["inherit"] + "}"
-        elif f.metadata.get("derived"):
+        if "inherit" in f.metadata or f.metadata.get("derived"):
             value = None
         elif dataclasses.is_dataclass(value):
             value = _instance_to_defaults(value)
@@ -60,21 +58,6 @@ def _instance_to_defaults(instance: Any) -> dict[str, Any]:
             value = copy.deepcopy(value)
         out[f.name] = value
     return out
-
-
-def clear_default_interpolations(data: dict[str, Any], cls: type = PPOTrainerConfig) -> None:
-    """Turn the `${path}` defaults of inherited fields back into None (in place, before resolving), so that
-    `fill_inherited` copies the value after it is checked and a bad value is reported once, at its own key."""
-    by_name = {f.name: f for f in dataclasses.fields(cls)}
-    for name, value in data.items():
-        f = by_name.get(name)
-        if f is None:
-            continue
-        if "inherit" in f.metadata and value == "${" + f.metadata["inherit"] + "}":
-            data[name] = None
-        inner = _unwrap_optional(_field_types(cls).get(name))
-        if dataclasses.is_dataclass(inner) and isinstance(value, dict):
-            clear_default_interpolations(value, inner)
 
 
 def to_plain_dict(config: Any) -> dict[str, Any]:
@@ -194,8 +177,11 @@ def _classify_missing(key: str, level_names: list[str], prefix: str, value: Any)
 # ---------------------------------------------------------------------------------------------- conversion
 
 
-def to_dataclass(cls: type, data: Mapping[str, Any], prefix: str, problems: list[str]) -> Any:
-    """Build `cls` from `data`, appending a message to `problems` for every unknown key or bad value.
+def to_dataclass(
+    cls: type, data: Mapping[str, Any], prefix: str, problems: list[str], invalid_keys: set[str] | None = None
+) -> Any:
+    """Build `cls` from `data`, appending a message to `problems` for every unknown key or bad value (and the key
+    of every bad value to `invalid_keys`, when given).
 
     Keys missing from `data` take the dataclass default. Returns the instance (built from the valid keys only
     when there were problems; the caller raises once all sections are checked).
@@ -212,9 +198,15 @@ def to_dataclass(cls: type, data: Mapping[str, Any], prefix: str, problems: list
             else:
                 problems.append(status.message)
             continue
-        converted = convert_value(value, types_here[name], key, problems)
+        hint = types_here[name]
+        if dataclasses.is_dataclass(_unwrap_optional(hint)) and isinstance(value, Mapping):
+            converted = to_dataclass(_unwrap_optional(hint), value, key, problems, invalid_keys)
+        else:
+            converted = convert_value(value, hint, key, problems)
         if converted is not _INVALID:
             kwargs[name] = converted
+        elif invalid_keys is not None:
+            invalid_keys.add(key)
     return cls(**kwargs)
 
 

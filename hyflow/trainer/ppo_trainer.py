@@ -43,7 +43,7 @@ from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import off_policy, stages
 from hyflow.trainer.balance import balance_batch
-from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, CheckpointManager, restore_rng_state
+from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.flops import compute_mfu_metrics, device_peak_flops
 from hyflow.trainer.metrics import (
@@ -53,7 +53,7 @@ from hyflow.trainer.metrics import (
     reduce_metrics,
     timer,
 )
-from hyflow.trainer.placement import WorkerGroups, build_worker_groups, check_placement
+from hyflow.trainer.placement import WorkerGroups, build_worker_groups
 from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask, pf_ppo_resample
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.tracking import Tracking
@@ -73,6 +73,16 @@ def run(config: PPOTrainerConfig) -> dict[str, float]:
         trainer.close()
 
 
+def _tokenizer_sources(config: PPOTrainerConfig) -> list[tuple[str, str | None]]:
+    """Where the trainer's tokenizer comes from, first set wins, with the key each path came from."""
+    model = config.actor_rollout_ref.model
+    return [
+        ("data.tokenizer", config.data.tokenizer),
+        ("actor_rollout_ref.model.tokenizer_path", model.tokenizer_path),
+        ("actor_rollout_ref.model.path", model.path),
+    ]
+
+
 class PPOTrainer:
     """Builds data, rewards and trackers from the config (checking them before any worker starts), then drives
     the worker groups. `fit()` returns the metrics of the last step (validation included)."""
@@ -82,13 +92,16 @@ class PPOTrainer:
 
         self.config = config
         model = config.actor_rollout_ref.model
-        tokenizer_path = config.data.tokenizer or model.tokenizer_path or model.path
+        key, tokenizer_path = next(
+            ((key, path) for key, path in _tokenizer_sources(config) if path is not None), ("", None)
+        )
         if tokenizer is None and tokenizer_path is None:
             raise ValueError(
-                "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder "
-                "(or run `hyflow demo`, which builds a tiny model and trains it)."
+                "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder (or leave out both "
+                "the model and data.train_files for the embedded default, which builds a tiny model and trains it)."
             )
-        self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=model.trust_remote_code)
+        trust = model.trust_remote_code
+        self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=trust, key=key)
         self.train_loader = build_dataloader(self._dataset(config.data.train_files, "train"), config.data, train=True)
         self.total_training_steps = self._total_training_steps()
         config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
@@ -101,7 +114,7 @@ class PPOTrainer:
             rollout_n, prompts = config.actor_rollout_ref.rollout.n, config.data.train_batch_size
             self.group_filter = GroupFilter(filter_groups.metric, prompts, rollout_n, filter_groups.max_num_gen_batches)
         trainer = config.trainer
-        self.checkpoints = CheckpointManager(
+        self.checkpoints = StepCheckpoints(
             trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep
         )
         self.checkpoints.ensure_writable()  # a bad default_local_dir fails now, not at the first save
@@ -110,7 +123,6 @@ class PPOTrainer:
             val_loader = build_dataloader(self._dataset(config.data.val_files, "val"), config.data, train=False)
             val_reward_fn = load_reward_manager(config, self.tokenizer, num_examine=1)
             self.validator = Validator(config, self.tokenizer, val_loader, val_reward_fn)
-        check_placement(config, has_validation=self.validator is not None)
         self.workers: WorkerGroups | None = None
         self.agent_manager: Any = None
         self.tracking: Tracking | None = None
@@ -283,7 +295,6 @@ class PPOTrainer:
             with timer("update_critic", timing):
                 metrics.update(reduce_metrics(self.workers.critic.update_critic(batch).meta_info[F.METRICS]))
         if self.global_step > config.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
-            batch.meta_info[F.TEMPERATURE] = config.actor_rollout_ref.rollout.temperature
             batch.meta_info[F.GLOBAL_STEPS] = self.global_step
             with timer("update_actor", timing):
                 metrics.update(reduce_metrics(self.workers.actor_rollout.update_actor(batch).meta_info[F.METRICS]))
@@ -353,9 +364,9 @@ class PPOTrainer:
             return self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
 
     def _save_if_due(self) -> None:
-        """A checkpoint every `trainer.save_freq` steps and at the last step."""
+        """A checkpoint every `trainer.save_freq` steps and at the last step; none with save_freq=-1 (as in verl)."""
         trainer, step = self.config.trainer, self.global_step
-        if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or step >= self.total_training_steps:
+        if trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= self.total_training_steps):
             started = time.perf_counter()
             self.save_checkpoint()
             logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)

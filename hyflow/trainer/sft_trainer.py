@@ -40,11 +40,10 @@ from hyflow.config.sft import SFTConfig
 from hyflow.data.sampler import ResumableSampler
 from hyflow.data.sft_dataset import LOSS_MASK, SFTDataset, collate_sft
 from hyflow.models.lora import merged_hf_weights
-from hyflow.trainer.checkpoint_manager import ACTOR_DIR
-from hyflow.trainer.checkpoint_manager import CheckpointManager as StepCheckpoints
+from hyflow.trainer.checkpoint_manager import ACTOR_DIR, StepCheckpoints
 from hyflow.trainer.tracking import Tracking
 from hyflow.workers import builders
-from hyflow.workers.checkpoint import CheckpointManager as ShardCheckpoint
+from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.fsdp import build_device_mesh, is_distributed, iter_full_state, reshard, training_device
 from hyflow.workers.micro_batch_loop import warn_about_skipped_steps
 from hyflow.workers.optim import clip_grad_norm_and_step
@@ -94,8 +93,8 @@ class SFTTrainer:
         torch.manual_seed(config.trainer.seed)
         model_config = config.model
         builders.import_external_lib(model_config)
-        path = builders.model_path(model_config, "model.path")
-        self.tokenizer = builders.tokenizer_for(model_config, path, "model.tokenizer_path")
+        path = builders.model_path(model_config, "model")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "model")
         if model_config.custom_chat_template:
             self.tokenizer.chat_template = model_config.custom_chat_template
         self._build_data()
@@ -107,7 +106,7 @@ class SFTTrainer:
         optim_config = dataclasses.replace(config.optim, total_training_steps=self.total_steps)
         self.optimizer, self.lr_scheduler = builders.build_optimizer_and_scheduler(self.module, optim_config)
         checkpoint = config.checkpoint
-        self.shards = ShardCheckpoint(
+        self.shards = ShardCheckpointer(
             self.module, self.optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
         )
         self.global_step = 0

@@ -23,11 +23,14 @@ from hyflow.workers.optim import build_lr_scheduler, build_optimizer
 logger = logging.getLogger(__name__)
 
 
-def model_path(model_config: Any, key: str) -> str:
-    """The checked local folder of `model_config.path`; `None` is an error naming the key."""
+def model_path(model_config: Any, section: str) -> str:
+    """The checked local folder of `model_config.path` (`section` names the model's config section, e.g.
+    `actor_rollout_ref.model`); `None` is an error naming the key."""
+    key = f"{section}.path"
     if model_config.path is None:
         raise ValueError(
-            f"{key}=None: set it to a local Hugging Face model folder (or run `hyflow demo`, which builds a tiny one)."
+            f"{key}=None: set it to a local Hugging Face model folder (or run `hyflow train` without a model and "
+            "data for the embedded default, or `hyflow demo`, which builds a tiny one)."
         )
     return check_local_model_folder(model_config.path, key)
 
@@ -38,8 +41,13 @@ def import_external_lib(model_config: Any) -> None:
         importlib.import_module(model_config.external_lib)
 
 
-def tokenizer_for(model_config: Any, path: str, key: str):
-    tokenizer_path = model_config.tokenizer_path or path
+def tokenizer_for(model_config: Any, path: str, section: str):
+    """The tokenizer at `tokenizer_path`, else the one saved next to the model at `path`; a problem is reported
+    under the key the folder came from."""
+    if model_config.tokenizer_path:
+        tokenizer_path, key = model_config.tokenizer_path, f"{section}.tokenizer_path"
+    else:
+        tokenizer_path, key = path, f"{section}.path"
     return load_tokenizer(tokenizer_path, trust_remote_code=model_config.trust_remote_code, key=key)
 
 
@@ -105,16 +113,6 @@ def rows_per_rank(prompts: int, samples_per_prompt: int, world_size: int, key: s
             f"{world_size} ranks; choose {key} so that {key} × rollout.n is a multiple of the number of devices."
         )
     return rows // world_size
-
-
-def with_per_gpu_micro_batch(config: Any, world_size: int) -> Any:
-    """A copy of an actor / critic config whose `ppo_micro_batch_size_per_gpu` is filled from verl's deprecated
-    global `ppo_micro_batch_size` (divided by the number of ranks) when only that one is set."""
-    if config.ppo_micro_batch_size_per_gpu is None and config.ppo_micro_batch_size:
-        return dataclasses.replace(
-            config, ppo_micro_batch_size_per_gpu=max(1, config.ppo_micro_batch_size // world_size)
-        )
-    return config
 
 
 def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = None):

@@ -15,7 +15,7 @@ from hyflow.agent.chat import MessageDelta
 from hyflow.agent.loop import AgentLoopContext, get_agent_loop_class
 from hyflow.agent.openai_agent import HistoryRewritten, openai_agent
 from hyflow.agent.parsers import ToolParser
-from hyflow.agent.server import EngineServer
+from hyflow.agent.server import LocalEngineServer
 from hyflow.config.actor_rollout_ref import MultiTurnConfig
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.config import EngineConfig, SamplingParams
@@ -96,7 +96,7 @@ def test_the_assembled_trajectory_re_scores_to_the_sampled_log_probs(tmp_path):
     engine = LLMEngine(path, EngineConfig(max_model_len=512, num_kv_blocks=128), tokenizer)
     config = MultiTurnConfig(enable=True)
     context = AgentLoopContext(
-        server=EngineServer(AsyncLLMEngine(engine)),
+        server=LocalEngineServer(AsyncLLMEngine(engine)),
         tokenizer=tokenizer,
         response_length=96,
         multi_turn=config,

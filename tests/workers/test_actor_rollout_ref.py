@@ -154,3 +154,22 @@ def test_critic_worker_computes_values_and_updates(tiny_model_path, ppo_batch, t
     assert len(metrics["critic/vf_loss"]) == 1
     assert not torch.equal(group.compute_values(copy.deepcopy(data)).batch[F.VALUES], values)
     group.save_checkpoint(str(tmp_path / "critic"), global_step=1)
+
+
+@pytest.mark.timeout(300)
+def test_the_log_prob_pass_takes_its_settings_from_the_workers_config_not_from_the_batch(tiny_model_path, ppo_batch):
+    from hyflow.workers.micro_batch_loop import ForwardSettings
+
+    config = actor_rollout_ref_config(tiny_model_path)
+    config.rollout.temperature = 0.5
+    group = make_group(config, rollout=False)
+    data = ppo_batch(batch_size=4, seed=3)
+    data.meta_info[F.TEMPERATURE] = 1.0  # e.g. left there by a generation call: not the log-prob pass's business
+
+    got = group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS]
+
+    actor = group.worker.actor
+    expected, _ = actor.compute_log_prob(copy.deepcopy(data), ForwardSettings(micro_batch_size=3, temperature=0.5))
+    torch.testing.assert_close(got, expected)
+    at_one, _ = actor.compute_log_prob(copy.deepcopy(data), ForwardSettings(temperature=1.0))
+    assert not torch.allclose(got, at_one)
