@@ -6,11 +6,15 @@
 Each subcommand lives in the module that owns the job; this file only maps names to `module:function`
 entry points (imported lazily, so `hyflow --help` stays fast). An entry point takes the argument list
 after the command name and returns an exit code (or None for success).
+
+A user's mistake that reaches here (a `ValueError`, a missing or existing file, a missing package) is printed as
+one line, `hyflow <command>: <message>`, with exit code 2; `HYFLOW_TRACEBACK=1` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -20,11 +24,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hyflow.trainer.main_ppo:main", "PPO/GRPO training: Hydra overrides with verl's keys (key=value ...)"),
     "prepare-data": ("hyflow.data.prepare:main", "write train/test parquet for a task (gsm8k, geo3k, shapes, ...)"),
     "generate": ("hyflow.rollout.generate:main", "batch generation over a parquet of chat prompts"),
-    "serve": ("hyflow.rollout.server:main", "OpenAI-compatible HTTP API on hyflow's generation engine (--model PATH)"),
+    "serve": ("hyflow.serving.server:main", "OpenAI-compatible HTTP API on hyflow's generation engine (--model PATH)"),
     "serve-retrieval": ("hyflow.agent.retrieval_server:main", "BM25 search over a JSONL corpus, for the search tool"),
     "sft": ("hyflow.trainer.main_sft:main", "supervised fine-tuning on chat parquet, loss on assistant turns only"),
     "merge": ("hyflow.workers.merge:main", "turn a checkpoint (…/actor or …/critic) into a Hugging Face folder"),
 }
+
+
+# What a command raises for bad input (with a message that names the value and the fix), not for a bug.
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, ImportError)
+EXIT_USER_ERROR = 2
 
 
 def _usage() -> str:
@@ -50,7 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"hyflow: unknown command {name!r}.\n\n{_usage()}", file=sys.stderr)
         return 2
-    result = _load(COMMANDS[name][0])(rest)
+    try:
+        result = _load(COMMANDS[name][0])(rest)
+    except USER_ERRORS as error:
+        if os.environ.get("HYFLOW_TRACEBACK"):
+            raise
+        print(f"hyflow {name}: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
     return int(result or 0)
 
 

@@ -3,7 +3,7 @@
     hyflow demo                                  # arith task, tiny model, CPU or GPU: a few minutes
     hyflow demo --task countdown --model-size small --grpo-steps 60 --output runs/demo
     hyflow demo --sft-steps 0                    # GRPO straight from the random model (it will not learn)
-    hyflow demo --task tools --grpo-prompts 16   # tool calling: SFT on calculator traces, GRPO through the agent loop
+    hyflow demo --task tools                     # tool calling: SFT on calculator traces, GRPO through the agent loop
     hyflow demo --task vision                    # a tiny vision-language model reads pictures (hyflow/demo_vision.py)
 
 What it does, in order (everything lands under `--output`):
@@ -25,6 +25,7 @@ improves. Everything is seeded; on a 2-core CPU the default run takes a few minu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -259,56 +260,71 @@ def run_demo(plan: DemoPlan) -> list[Any]:
     return table.rows
 
 
+# Tasks whose run sizes differ from DemoPlan's (a flag given on the command line still wins).
+TASK_PLAN_DEFAULTS: dict[str, dict[str, Any]] = {
+    demo_tools.TASK: demo_tools.PLAN_DEFAULTS,
+    demo_vision.TASK: demo_vision.PLAN_DEFAULTS,
+}
+
+
+def task_defaults(task: str) -> dict[str, Any]:
+    """DemoPlan's defaults, with the task's own sizes where it has them (`TASK_PLAN_DEFAULTS`)."""
+    defaults = dataclasses.asdict(DemoPlan(task=task))
+    return {**defaults, **TASK_PLAN_DEFAULTS.get(task, {})}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hyflow demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    defaults = DemoPlan()
-    parser.add_argument("--task", choices=sorted(TASK_OPTIONS), default=defaults.task)
-    parser.add_argument("--model-size", choices=list(MODEL_SIZES), default=defaults.model_size)
-    parser.add_argument("--sft-steps", type=int, default=defaults.sft_steps, help="at most this many; 0 skips SFT")
-    parser.add_argument(
-        "--sft-target-loss",
-        type=float,
-        default=defaults.sft_target_loss,
-        help=f"stop SFT once its mean loss over {SFT_WINDOW} steps is this low (0: run all --sft-steps)",
-    )
-    parser.add_argument("--grpo-steps", type=int, default=defaults.grpo_steps, help="0 skips GRPO")
-    parser.add_argument("--output", default=defaults.output, help="folder for the model, data, checkpoints, curves")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=defaults.device)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--train-size", type=int, default=defaults.train_size, help="training prompts")
-    parser.add_argument("--test-size", type=int, default=defaults.test_size, help="validation prompts")
-    parser.add_argument("--sft-batch-size", type=int, default=defaults.sft_batch_size, help="examples per SFT step")
-    parser.add_argument("--grpo-prompts", type=int, default=defaults.grpo_prompts, help="prompts per GRPO step")
-    parser.add_argument("--grpo-samples", type=int, default=defaults.grpo_samples, help="answers per prompt")
-    parser.add_argument("--test-freq", type=int, default=defaults.test_freq, help="validate every N GRPO steps")
-    parser.add_argument("--threads", type=int, default=defaults.threads, help="CPU threads (0: cores / 2)")
+    arith, tools = task_defaults("arith"), task_defaults(demo_tools.TASK)
+
+    def sized(flag: str, kind: type, text: str) -> None:
+        """A flag whose default depends on --task (None here: filled in by `plan_from_args`)."""
+        name = flag.removeprefix("--").replace("-", "_")
+        default = f"{arith[name]}" if arith[name] == tools[name] else f"{arith[name]}; --task tools: {tools[name]}"
+        parser.add_argument(flag, type=kind, default=None, help=f"{text} (default: {default})")
+
+    parser.add_argument("--task", choices=sorted(TASK_OPTIONS), default=arith["task"])
+    parser.add_argument("--model-size", choices=list(MODEL_SIZES), default=arith["model_size"])
+    sized("--sft-steps", int, "at most this many; 0 skips SFT")
+    sized("--sft-target-loss", float, f"stop SFT once its mean loss over {SFT_WINDOW} steps is this low (0: never)")
+    sized("--grpo-steps", int, "0 skips GRPO")
+    parser.add_argument("--output", default=arith["output"], help="folder for the model, data, checkpoints, curves")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=arith["device"])
+    parser.add_argument("--seed", type=int, default=arith["seed"])
+    sized("--train-size", int, "training prompts")
+    sized("--test-size", int, "validation prompts")
+    sized("--sft-batch-size", int, "examples per SFT step")
+    sized("--grpo-prompts", int, "prompts per GRPO step")
+    sized("--grpo-samples", int, "answers per prompt")
+    sized("--grpo-lr", float, "GRPO learning rate")
+    sized("--test-freq", int, "validate every N GRPO steps")
+    parser.add_argument("--threads", type=int, default=arith["threads"], help="CPU threads (0: cores / 2)")
     return parser
 
 
-# Tasks whose run sizes differ from DemoPlan's (a flag given on the command line still wins).
-TASK_PLAN_DEFAULTS: dict[str, dict[str, Any]] = {demo_vision.TASK: demo_vision.PLAN_DEFAULTS}
+def plan_from_args(args: argparse.Namespace) -> DemoPlan:
+    """The flags given, and the task's defaults for the rest; raises ValueError for a size out of range."""
+    plan = DemoPlan(**{**task_defaults(args.task), **{k: v for k, v in vars(args).items() if v is not None}})
+    sizes = ("train_size", "test_size", "sft_batch_size", "grpo_prompts", "grpo_samples")
+    for name in ("sft_steps", "grpo_steps", *sizes):
+        minimum = 0 if name.endswith("steps") else 1
+        if getattr(plan, name) < minimum:
+            raise ValueError(f"--{name.replace('_', '-')}={getattr(plan, name)} must be >= {minimum}.")
+    return plan
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `hyflow demo`."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.task in TASK_PLAN_DEFAULTS:
-        parser.set_defaults(**TASK_PLAN_DEFAULTS[args.task])
-        args = parser.parse_args(argv)
-    sizes = ("train_size", "test_size", "sft_batch_size", "grpo_prompts", "grpo_samples")
-    for name in ("sft_steps", "grpo_steps", *sizes):
-        minimum = 0 if name.endswith("steps") else 1
-        if getattr(args, name) < minimum:
-            print(
-                f"hyflow demo: --{name.replace('_', '-')}={getattr(args, name)} must be >= {minimum}.", file=sys.stderr
-            )
-            return 2
+    args = _parser().parse_args(argv)
+    try:
+        plan = plan_from_args(args)
+    except ValueError as error:
+        print(f"hyflow demo: {error}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    plan = DemoPlan(**vars(args))
     run_demo(plan)
     return 0
 

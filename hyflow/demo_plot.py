@@ -4,7 +4,8 @@
     table.log({"critic/score/mean": 0.4, "val-core/arith/acc/mean@1": 0.3}, step=1)   # one row per step
     save_curves(table.rows, "out/demo")        # out/demo/curves.png with matplotlib, else out/demo/curves.csv
 
-`DemoTable` is a tracking backend (it has Tracking's `log` / `log_generations` / `finish`), so the demo adds it to
+Rows are written through `tqdm.write`, so that they never glue onto the trainer's progress bar. `DemoTable` is a
+tracking backend (it has Tracking's `log` / `log_generations` / `finish`), so the demo adds it to
 the PPO trainer's `Tracking` next to (or instead of) the console logger. The PNG needs matplotlib
 (`pip install matplotlib`, or the `demo` extra); without it the curves are written as CSV, which any spreadsheet
 or `python -c "import pandas as pd; pd.read_csv('curves.csv').plot(x='step')"` draws.
@@ -20,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TextIO
+
+from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ class DemoTable:
         self._printed_header = False
 
     def header(self) -> None:
-        print(f"{'phase':<5} {'step':>5} {'loss':>7} {'reward':>7} {'val_acc':>8} {'sec':>6}", file=self.stream)
+        self._print(f"{'phase':<5} {'step':>5} {'loss':>7} {'reward':>7} {'val_acc':>8} {'sec':>6}")
         self._printed_header = True
 
     def add(self, point: CurvePoint) -> None:
@@ -77,7 +80,12 @@ class DemoTable:
             _cell(point.val_accuracy, 8),
             _cell(point.seconds, 6, 1),
         ]
-        print(" ".join(cells), file=self.stream, flush=True)
+        self._print(" ".join(cells))
+
+    def _print(self, line: str) -> None:
+        """Through `tqdm.write`, which clears the progress bar and redraws it below: rows never glue onto it."""
+        tqdm.write(line, file=self.stream)
+        self.stream.flush()
 
     # ---- the Tracking backend interface ----
     def log(self, data: dict[str, float], step: int) -> None:
@@ -95,7 +103,7 @@ class DemoTable:
     def log_generations(self, samples: Sequence[tuple[str, str, float]], step: int) -> None:
         for prompt, response, score in samples[:2]:
             prompt_tail = prompt[-60:].replace("\n", " ")
-            print(f"      sample: ...{prompt_tail!r} -> {response.strip()!r} (score {score:g})", file=self.stream)
+            self._print(f"      sample: ...{prompt_tail!r} -> {response.strip()!r} (score {score:g})")
 
     def finish(self) -> None:
         self.stream.flush()
@@ -138,4 +146,5 @@ def _plot(axis, rows: Sequence[CurvePoint], series: list[tuple[str, str]], name:
     axis.set_title(name)
     axis.set_xlabel("step")
     axis.grid(alpha=0.3)
-    axis.legend()
+    if axis.lines:  # a phase that did not run (e.g. --grpo-steps 0) has an empty panel, without a legend
+        axis.legend()

@@ -21,6 +21,7 @@ Tensor fields (`DataProto.batch`):
 | old_log_probs       | (B, R) | float32 | log-prob of each response token under the actor before the update      |
 | ref_log_prob        | (B, R) | float32 | log-prob of each response token under the reference policy             |
 | rollout_log_probs   | (B, R) | float32 | log-prob the generation engine reported when it sampled the token      |
+| rollout_is_weights  | (B, R) | float32 | truncated IS weight π_old/π_rollout per token (0 on padding), detached |
 | entropys            | (B, R) | float32 | entropy of the actor's next-token distribution at each position        |
 | values              | (B, R) | float32 | critic's value estimate at each response position                      |
 | rm_scores           | (B, R) | float32 | reward-model score, placed on the last valid response token            |
@@ -53,6 +54,7 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | multi_modal_data   | dict        | {"image": [PIL images]} of the prompt, what generation reads            |
 | multi_modal_inputs | dict        | processor outputs of the prompt (pixel_values, image_grid_thw) for the  |
 |                    |             | training forward; position_ids are then (B, 3, T) M-RoPE rows           |
+| agent_reward       | float/None  | the reward an `openai_agent` function returned (None: it returned none) |
 
 Meta fields (`DataProto.meta_info`, one value for the whole batch):
 
@@ -71,6 +73,7 @@ Meta fields (`DataProto.meta_info`, one value for the whole batch):
 | use_dynamic_bsz  | bool      | cut micro-batches by token budget instead of by row count                 |
 | metrics          | dict      | metrics a worker returns to the controller                                |
 | timing           | dict      | seconds a worker spent in each stage                                      |
+| rollout_correction | dataclass | `algorithm.rollout_correction` (bypass mode), read by the `reinforce_is` loss |
 | reward_extra_keys | list[str] | the non-tensor columns a reward manager added (its extras and flags)     |
 """
 
@@ -102,6 +105,7 @@ RESPONSE_MASK = "response_mask"
 OLD_LOG_PROBS = "old_log_probs"
 REF_LOG_PROB = "ref_log_prob"
 ROLLOUT_LOG_PROBS = "rollout_log_probs"
+ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 ENTROPYS = "entropys"
 VALUES = "values"
 RM_SCORES = "rm_scores"
@@ -130,6 +134,7 @@ TOOL_REWARDS = "tool_rewards"
 TOOL_SCORES = "tool_scores"
 MULTI_MODAL_DATA = "multi_modal_data"
 MULTI_MODAL_INPUTS = "multi_modal_inputs"
+AGENT_REWARD = "agent_reward"
 
 # ---- meta fields (DataProto.meta_info) ----
 TEMPERATURE = "temperature"
@@ -140,10 +145,8 @@ PAD_TOKEN_ID = "pad_token_id"
 GLOBAL_TOKEN_NUM = "global_token_num"
 GLOBAL_STEPS = "global_steps"
 SEED = "seed"
-MICRO_BATCH_SIZE = "micro_batch_size"
-MAX_TOKEN_LEN = "max_token_len"
-USE_DYNAMIC_BSZ = "use_dynamic_bsz"
 METRICS = "metrics"
+ROLLOUT_CORRECTION = "rollout_correction"
 TIMING = "timing"
 REWARD_EXTRA_KEYS = "reward_extra_keys"
 
@@ -158,6 +161,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(OLD_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob of each token under the actor before the update"),
     FieldSpec(REF_LOG_PROB, "(B, R)", _TOKEN_F, "tensor", "log-prob of each response token under the reference policy"),
     FieldSpec(ROLLOUT_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob the generation engine reported at sampling"),
+    FieldSpec(ROLLOUT_IS_WEIGHTS, "(B, R)", _TOKEN_F, "tensor", "truncated IS weight π_old/π_rollout the loss applies"),
     FieldSpec(ENTROPYS, "(B, R)", _TOKEN_F, "tensor", "entropy of the actor's next-token distribution"),
     FieldSpec(VALUES, "(B, R)", _TOKEN_F, "tensor", "critic's value estimate at each response position"),
     FieldSpec(RM_SCORES, "(B, R)", _TOKEN_F, "tensor", "reward-model score on the last valid response token"),
@@ -184,6 +188,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TOOL_SCORES, "(B,)", "dict", "non_tensor", "tool name -> that tool's score for the whole episode"),
     FieldSpec(MULTI_MODAL_DATA, "(B,)", "dict", "non_tensor", "{'image': [PIL images]} of the prompt, for generation"),
     FieldSpec(MULTI_MODAL_INPUTS, "(B,)", "dict", "non_tensor", "processor outputs (pixel_values, image_grid_thw)"),
+    FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "the reward an openai_agent function returned, or None"),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),
     FieldSpec(DO_SAMPLE, "", "bool", "meta", "sample (True) or decode greedily (False)"),
     FieldSpec(VALIDATE, "", "bool", "meta", "the batch is a validation batch"),
@@ -192,11 +197,9 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(GLOBAL_TOKEN_NUM, "", "list[int]", "meta", "number of valid tokens of each row"),
     FieldSpec(GLOBAL_STEPS, "", "int", "meta", "the trainer's step counter"),
     FieldSpec(SEED, "", "int", "meta", "sampling seed of a generation batch (each row's seed derives from it)"),
-    FieldSpec(MICRO_BATCH_SIZE, "", "int", "meta", "micro-batch size a worker should use for this call"),
-    FieldSpec(MAX_TOKEN_LEN, "", "int", "meta", "token budget per micro-batch when use_dynamic_bsz"),
-    FieldSpec(USE_DYNAMIC_BSZ, "", "bool", "meta", "cut micro-batches by token budget instead of row count"),
     FieldSpec(METRICS, "", "dict", "meta", "metrics a worker returns to the controller"),
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
+    FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),
     FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
 )
 

@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled PIP_DISABLE_PIP_VERSION_CHECK=1
-# The CPU build of torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
+# torch first, pinned. Which build this gives depends on pip's index: on a stock Linux machine PyPI's wheel is the
+# multi-GB CUDA build, so a CPU-only machine installs the CPU wheel before running this script (README):
+#   pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e ".[ray,dev]"
 # bubblewrap: the sandbox of the python tool and the code reward (hyflow.sandbox); root on Debian installs it.

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from hyflow import demo
+from hyflow import demo, demo_tools
 from hyflow.demo_plot import CurvePoint, DemoTable, save_curves, val_accuracy
 
 
@@ -17,19 +17,14 @@ def one_thread():
     torch.set_num_threads(threads)  # the demo sets its own thread count
 
 
-@pytest.mark.timeout(300)
-def test_demo_smoke_run_goes_from_a_fresh_model_through_sft_and_grpo_to_saved_curves(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as --device cpu does; restored afterwards
-    args = ["--output", str(tmp_path), "--device", "cpu", "--threads", "1", "--sft-steps", "3", "--grpo-steps", "2"]
-    args += ["--train-size", "64", "--test-size", "8", "--grpo-prompts", "4", "--grpo-samples", "2", "--test-freq", "1"]
-    assert demo.main(args) == 0
-    printed = capsys.readouterr().out
-    assert "validation accuracy:" in printed
-    assert (tmp_path / "sft" / "huggingface" / "model.safetensors").is_file()
-    rows = (tmp_path / "curves.csv").read_text().splitlines()
-    phases = [row.split(",")[0] for row in rows[1:]]
-    assert phases.count("sft") >= 1
-    assert phases.count("grpo") == 3  # validation before training, then two steps
+def test_the_tools_task_has_its_own_sizes_and_a_flag_given_wins():
+    plan = demo.plan_from_args(demo._parser().parse_args(["--task", "tools", "--grpo-steps", "3"]))
+    expected = {**demo_tools.PLAN_DEFAULTS, "grpo_steps": 3}
+    assert {name: getattr(plan, name) for name in expected} == expected
+    assert demo.plan_from_args(demo._parser().parse_args([])) == demo.DemoPlan()  # arith: DemoPlan's defaults
+
+
+# The smoke run of the whole demo is README's command, shrunk: tests/docs/test_readme.py.
 
 
 def test_demo_rejects_a_negative_step_count(capsys):

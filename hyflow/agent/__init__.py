@@ -1,7 +1,7 @@
 """Agent loops: single-turn and multi-turn (tool-calling) rollouts over the async generation API.
 
-    from hyflow.agent import AgentLoopManager, EngineServer
-    manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[EngineServer(async_engine)])
+    from hyflow.agent import AgentLoopManager, LocalEngineServer
+    manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[LocalEngineServer(async_engine)])
     gen_batch = manager.generate_sequences(batch)
 
 Extension points: `@register_agent_loop(name)` (a new loop), `@ToolParser.register(name)` (a tool-call format),
@@ -29,10 +29,13 @@ _EXPORTS: dict[str, str] = {
     "ParsedToolCalls": "hyflow.agent.parsers",
     "ToolParser": "hyflow.agent.parsers",
     "AsyncLLMServer": "hyflow.agent.server",
-    "EngineServer": "hyflow.agent.server",
+    "LocalEngineServer": "hyflow.agent.server",
     "ServerRouter": "hyflow.agent.server",
     "TokenOutput": "hyflow.agent.server",
     "WorkerServer": "hyflow.agent.server",
+    "OpenAIAgentLoop": "hyflow.agent.openai_agent",
+    "openai_agent": "hyflow.agent.openai_agent",
+    "openai_agent_loop": "hyflow.agent.openai_agent",
     "SingleTurnAgentLoop": "hyflow.agent.single_turn",
     "AgentState": "hyflow.agent.tool_agent",
     "ToolAgentLoop": "hyflow.agent.tool_agent",

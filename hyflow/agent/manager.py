@@ -1,6 +1,6 @@
 """AgentLoopManager: runs one agent loop per sample, concurrently, and packs the trajectories into a DataProto.
 
-    manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[EngineServer(engine)])
+    manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[LocalEngineServer(engine)])
     gen_batch = manager.generate_sequences(batch)      # batch: raw_prompt (+ agent_name, tools_kwargs, extra_info)
 
 Each sample runs the loop named by its `agent_name` (`rollout.agent.default_agent_loop` when the batch has none) as
@@ -48,7 +48,7 @@ from hyflow.rollout.worker_rollout import row_sampling_params, sampling_for_batc
 logger = logging.getLogger(__name__)
 
 # Per-sample reward extras the loops return (not yet in hyflow/fields.py).
-EXTRA_FIELDS = (F.TURN_SCORES, F.TOOL_REWARDS, F.TOOL_SCORES)
+EXTRA_FIELDS = (F.TURN_SCORES, F.TOOL_REWARDS, F.TOOL_SCORES, F.AGENT_REWARD)
 
 
 def register_loops_from_config(path: str) -> None:

@@ -5,7 +5,7 @@ An agent loop needs one call: generate tokens for a prompt, with the log-prob of
     class AsyncLLMServer(Protocol):
         async def generate(self, request_id, prompt_ids, sampling_params) -> TokenOutput
 
-`EngineServer` puts hyflow's engine behind it (`AsyncLLMEngine`, or the rollout worker's `EngineRollout`), in
+`LocalEngineServer` puts hyflow's engine behind it (`AsyncLLMEngine`, or the rollout worker's `EngineRollout`), in
 this process (`trainer.backend=local`). `WorkerServer` reaches a rollout worker in another process (a Ray actor,
 `trainer.backend=ray`) through its async `generate_request` method: Ray runs concurrent calls of an async actor
 method concurrently on the worker's event loop, so all conversations routed to a worker share its engine's
@@ -61,7 +61,7 @@ def token_output(output: Any) -> TokenOutput:
     )
 
 
-class EngineServer:
+class LocalEngineServer:
     """hyflow's engine as an `AsyncLLMServer`: wraps `AsyncLLMEngine` or the worker's `EngineRollout` (anything
     with `async generate(prompt_ids, params, request_id)` returning a `RequestOutput` or a `CompletionOutput`).
     Each turn gets its own engine request id, `<conversation>/<n>`."""

@@ -4,8 +4,10 @@
   (`advantages.py`: GAE, REINFORCE++, ReMax; `group_advantages.py`: GRPO, RLOO, REINFORCE++-baseline, OPO, GPG,
   GRPO pass@k)
 - policy losses, registered by name: `get_policy_loss_fn("vanilla")`, `@register_policy_loss("my_loss")`
-  (`policy_losses.py`: vanilla PPO with clip-higher and dual-clip, GSPO, GPG, CISPO; `covariance_losses.py`:
+  (`policy_losses.py`: vanilla PPO with clip-higher and dual-clip, GSPO, GPG, CISPO, REINFORCE with truncated IS
+  weights for rollout correction's bypass mode; `covariance_losses.py`:
   Clip-Cov, KL-Cov)
+- PF-PPO's resampling by reward (`pf_ppo.py`: `pf_ppo_sample_indices`)
 - `agg_loss` (token / sequence normalisation), `kl_penalty` and the KL controllers, `compute_value_loss`,
   `entropy_from_logits`, and the masked statistics they are built from.
 """
@@ -42,6 +44,7 @@ from hyflow.algorithms.policy_losses import (
     compute_policy_loss_cispo,
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
+    compute_policy_loss_reinforce_is,
     compute_policy_loss_vanilla,
 )
 from hyflow.algorithms.registry import (
@@ -76,6 +79,7 @@ __all__ = [
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_kl_cov",
+    "compute_policy_loss_reinforce_is",
     "compute_policy_loss_vanilla",
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage",

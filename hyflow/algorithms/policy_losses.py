@@ -22,6 +22,12 @@ import torch
 from hyflow.algorithms.aggregation import agg_loss
 from hyflow.algorithms.masked import masked_mean
 from hyflow.algorithms.registry import register_policy_loss
+from hyflow.algorithms.rollout_correction import (
+    correction_metrics,
+    parse_rejection_rules,
+    rejection_mask,
+    rollout_is_weights,
+)
 
 __all__ = [
     "aggregate_token_losses",
@@ -30,6 +36,7 @@ __all__ = [
     "compute_policy_loss_cispo",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
+    "compute_policy_loss_reinforce_is",
     "compute_policy_loss_vanilla",
     "config_value",
     "policy_loss_metrics",
@@ -219,4 +226,60 @@ def compute_policy_loss_cispo(
     weight = torch.clamp(ratio, 1 - eps_low, 1 + eps_high).detach()
     pg_losses = -weight * advantages * log_prob
     metrics = policy_loss_metrics(response_mask, -log_ratio, clipped=ratio != weight, clipped_lower=ratio < 1 - eps_low)
+    return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
+
+
+@register_policy_loss("reinforce_is")
+def compute_policy_loss_reinforce_is(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """REINFORCE with truncated importance weights against the behaviour policy π_old (bypass mode of
+    `algorithm.rollout_correction`, `loss_type=reinforce`, where π_old = π_rollout, the engine's log-probs):
+
+        w_t = min(π_θ(t) / π_old(t), C)                         (rollout_is=token)
+        w_t = min(Π_s π_θ(s) / π_old(s), C)                     (rollout_is=sequence; null: w = 1)
+        L_t = −sg[w_t] · k_t · A_t · log π_θ(t)
+
+    so ∇L = −w·A·∇log π_θ, the policy gradient for tokens sampled by π_old with truncated IS (no PPO clip). k_t is
+    the `rollout_rs` rejection mask of π_θ against π_old (a rejected token adds 0; the normalisation of
+    `loss_agg_mode` still counts it). Weights and mask come from `hyflow.algorithms.rollout_correction`, with
+    `rollout_is_batch_normalize` over this micro-batch. The settings are the `rollout_correction` keyword (a
+    `RolloutCorrectionConfig`; the trainer sends it with the batch). Metrics: `ppo_kl`, `pg_clipfrac` (tokens whose
+    weight was truncated), and the mean-type `rollout_corr/*` metrics of π_θ against π_old.
+    """
+    settings = kwargs.get("rollout_correction")
+    if settings is None:
+        raise ValueError(
+            "the reinforce_is policy loss needs the rollout_correction keyword (algorithm.rollout_correction: "
+            "rollout_is, rollout_is_threshold, rollout_rs, ...). The trainer sends it when "
+            "algorithm.rollout_correction.bypass_mode=True and loss_type=reinforce; a direct call passes "
+            "rollout_correction=RolloutCorrectionConfig(...)."
+        )
+    current = log_prob.detach()
+    weights, threshold = None, None
+    if settings.rollout_is is not None:
+        threshold = settings.rollout_is_threshold
+        weights = rollout_is_weights(
+            current, old_log_prob, response_mask, settings.rollout_is, threshold, settings.rollout_is_batch_normalize
+        )
+    kept = None
+    if settings.rollout_rs is not None:
+        rules = parse_rejection_rules(settings.rollout_rs, settings.rollout_rs_threshold)
+        kept = rejection_mask(current, old_log_prob, response_mask, rules)
+    scale = torch.ones_like(current) if weights is None else weights
+    if kept is not None:
+        scale = scale * kept
+    pg_losses = -scale * advantages * log_prob
+    log_ratio = clamp_log_ratio(current - old_log_prob)
+    truncated = None if threshold is None else torch.exp(log_ratio) > threshold
+    metrics = policy_loss_metrics(response_mask, -log_ratio, clipped=truncated)
+    correction = correction_metrics(current, old_log_prob, response_mask, weights, kept, threshold)
+    correction.pop("rollout_corr/is_weight_max", None)  # the actor averages loss metrics over micro-batches
+    metrics.update(correction)
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics

@@ -1,9 +1,9 @@
-"""Typed, validated configuration with verl's key names.
+"""Typed configuration with verl's key names, checked when it loads.
 
     from hyflow.config import load_config
     config = load_config(["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "algorithm.adv_estimator=grpo"])
 
-Each section lives in its own module; `load_config` / `validate_config` check unknown keys, types, choices and
+Each section lives in its own module; `load_config` / `check_config` check unknown keys, types, choices and
 cross-field rules and raise one `ConfigError` listing every problem.
 """
 
@@ -17,7 +17,7 @@ from hyflow.config.actor_rollout_ref import (
     RolloutConfig,
     SamplingConfig,
 )
-from hyflow.config.algorithm import AlgorithmConfig, FilterGroupsConfig, KLControlConfig
+from hyflow.config.algorithm import AlgorithmConfig, FilterGroupsConfig, KLControlConfig, RolloutCorrectionConfig
 from hyflow.config.common import (
     CheckpointConfig,
     FSDPConfig,
@@ -29,7 +29,7 @@ from hyflow.config.common import (
 from hyflow.config.critic import CriticConfig, CriticModelConfig
 from hyflow.config.data import DataConfig
 from hyflow.config.errors import ConfigError
-from hyflow.config.loading import load_config, validate_config
+from hyflow.config.loading import check_config, load_config
 from hyflow.config.ppo_trainer import PPOTrainerConfig
 from hyflow.config.reward import (
     CustomRewardFunctionConfig,
@@ -68,11 +68,12 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "RolloutCorrectionConfig",
     "SFTConfig",
     "SamplingConfig",
     "TrainerConfig",
     "WrapPolicyConfig",
+    "check_config",
     "load_config",
     "load_sft_config",
-    "validate_config",
 ]

@@ -61,7 +61,7 @@ class ActorConfig:
     use_kl_loss: bool = False  # KL to the ref policy as a loss term (GRPO) instead of in the reward
     kl_loss_coef: float = 0.001
     kl_loss_type: KLLossType = "low_var_kl"
-    ulysses_sequence_parallel_size: int = 1  # only 1: hyflow has no sequence parallelism
+    ulysses_sequence_parallel_size: int = 1  # verl's; read as data parallelism at load (sequence_parallel.py)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -113,11 +113,12 @@ class AgentConfig:
 class RolloutConfig:
     """Generation: engine, sampling, lengths, memory, and log-probs of the actor's old policy.
 
-    `name`: `hyflow` (hyflow's engine) or `hf` (`transformers.generate`); verl's `vllm` / `sglang` run on hyflow's
-    engine (normalised at load with a notice). `prompt_length` / `response_length` default to `data.max_*_length`.
+    `name`: `hyflow` (hyflow's engine) or `hf` (`transformers.generate`); verl's `vllm` / `sglang` / `trtllm` run
+    on hyflow's engine (normalised at load with a notice). `prompt_length` / `response_length` default to
+    `data.max_*_length`.
     """
 
-    name: Literal["hyflow", "hf", "vllm", "sglang"] = "hyflow"
+    name: Literal["hyflow", "hf", "vllm", "sglang", "trtllm"] = "hyflow"
     mode: Literal["sync", "async"] = "sync"  # async: agent loops over the async per-request API
     temperature: float = 1.0
     top_k: int = -1  # -1: off
@@ -136,6 +137,7 @@ class RolloutConfig:
     num_scheduler_steps: int = 8  # decode steps per host round trip (multi-step decode); 1: one per token
     async_scheduling: bool = True  # queue the next decode window before reading the current one (host overlaps device)
     free_cache_engine: bool = True  # free the KV cache while training
+    update_weights_bucket_megabytes: int = 512  # weight sync: the FSDP2 shards gathered this many MB at a time
     tensor_model_parallel_size: int = 1
     calculate_log_probs: bool = False  # return the engine's log-probs as `rollout_log_probs`
     log_prob_micro_batch_size: int | None = None  # verl's deprecated global size: becomes _per_gpu at load
@@ -165,6 +167,7 @@ class ActorRolloutRefConfig:
     """The hybrid engine: actor, rollout and ref share one process per device and one model."""
 
     hybrid_engine: bool = True  # only True: hyflow always colocates training and generation
+    nccl_timeout: int = 600  # seconds a collective of the workers' process group may wait before it fails
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -1,4 +1,5 @@
-"""`algorithm.*`: the advantage estimator, KL in the reward, and group filtering (DAPO's dynamic sampling).
+"""`algorithm.*`: the advantage estimator, KL in the reward, group filtering (DAPO's dynamic sampling) and the
+off-policy corrections for tokens the engine sampled (`rollout_correction`, checked in `config/rollout_correction.py`).
 
 `adv_estimator` is a name in hyflow's estimator registry (`hyflow.algorithms.get_adv_estimator_fn`): the
 built-ins are `gae`, `grpo`, `rloo`, `reinforce_plus_plus`, `reinforce_plus_plus_baseline`, `remax`, `opo`, `gpg`,
@@ -38,6 +39,43 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Corrections for the gap between the engine that sampled the tokens (π_rollout) and the trainer's policy, with
+    verl's keys; the math is `hyflow.algorithms.rollout_correction`, the how-to docs/howto/off_policy.md.
+
+    Decoupled mode (`bypass_mode=False`): the old-log-prob pass runs and the loss gets IS weights π_old/π_rollout
+    and a rejection mask. Bypass mode: no old-log-prob pass, π_old := π_rollout, and `loss_type` picks PPO's
+    clipped ratio against π_rollout or REINFORCE with truncated IS weights π_θ/π_rollout. All of it needs the
+    engine's log-probs (`actor_rollout_ref.rollout.calculate_log_probs=True`).
+    """
+
+    rollout_is: Literal["token", "sequence"] | None = None  # truncated IS weights per token or per response; null: off
+    rollout_is_threshold: float = 2.0  # upper bound C of the IS weight (> 0)
+    rollout_is_batch_normalize: bool = False  # rescale the truncated weights to mean 1 over the batch
+    # Rejection (masked IS): comma-separated options among token_k1..k3, seq_sum_k1..k3, seq_mean_k1..k3,
+    # seq_max_k2/k3; null: off.
+    rollout_rs: str | None = None
+    # One bound per rollout_rs option or one for all: k1 "lower_upper" ratio bounds (or u: [1/u, u]), k2/k3 an upper
+    # bound on the divergence.
+    rollout_rs_threshold: str | float | None = None
+    bypass_mode: bool = False  # skip the old-log-prob pass and use π_old = π_rollout
+    loss_type: Literal["ppo_clip", "reinforce"] = "ppo_clip"  # bypass mode's loss (reinforce: policy loss reinforce_is)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any correction is on (each needs the engine's `rollout_log_probs`)."""
+        return self.rollout_is is not None or self.rollout_rs is not None or self.bypass_mode
+
+
+@dataclass
+class PFPPOConfig:
+    """PF-PPO's resampling of the batch by reward (`hyflow.algorithms.pf_ppo`)."""
+
+    reweight_method: Literal["pow", "max_min", "max_random"] = "pow"  # how a response's score becomes its weight
+    weight_pow: float = 2.0  # the exponent of |score| for reweight_method=pow
+
+
+@dataclass
 class AlgorithmConfig:
     """How rewards become advantages."""
 
@@ -49,3 +87,7 @@ class AlgorithmConfig:
     kl_penalty: KLPenaltyType = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    # off-policy corrections for the engine's samples: TIS / MIS weights, bypass mode
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    use_pf_ppo: bool = False  # resample each batch by reward after the advantages (with adv_estimator=gae, as verl)
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)

@@ -113,3 +113,6 @@ class ModelConfig:
     lora_alpha: int = 16
     target_modules: str | list[str] = "all-linear"
     exclude_modules: str | list[str] | None = None
+    # a saved peft adapter folder to continue training from (verl's key); its adapter_config.json then supplies
+    # lora_rank, lora_alpha, target_modules and exclude_modules
+    lora_adapter_path: str | None = None

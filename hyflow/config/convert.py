@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 from hyflow.config.ppo_trainer import PPOTrainerConfig
-from hyflow.config.verl_compat import ignored_reason, renamed_key, unsupported_reason, unsupported_value_reason
+from hyflow.config.verl_compat import (
+    aliased_value,
+    ignored_reason,
+    is_verl_default,
+    renamed_key,
+    unsupported_reason,
+    unsupported_value_reason,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +39,8 @@ _NO_VALUE = object()  # resolve_key called without the value being set
 
 
 def default_dict(cls: type = PPOTrainerConfig) -> dict[str, Any]:
-    """The defaults of a config dataclass as a plain nested dict. An inherited field is the interpolation
-    `${path}` (as in verl's YAML; `--cfg job --resolve` shows its value); a derived field stays None."""
+    """The defaults of a config dataclass as a plain nested dict. An inherited or derived field is None: `finalize`
+    fills it once the user's values are known (`--cfg job` prints the filled config)."""
     return _instance_to_defaults(cls())
 
 
@@ -41,9 +48,7 @@ def _instance_to_defaults(instance: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(instance):
         value = getattr(instance, f.name)
-        if "inherit" in f.metadata:
-            value = "${" + f.metadata["inherit"] + "}"
-        elif f.metadata.get("derived"):
+        if "inherit" in f.metadata or f.metadata.get("derived"):
             value = None
         elif dataclasses.is_dataclass(value):
             value = _instance_to_defaults(value)
@@ -53,21 +58,6 @@ def _instance_to_defaults(instance: Any) -> dict[str, Any]:
             value = copy.deepcopy(value)
         out[f.name] = value
     return out
-
-
-def clear_default_interpolations(data: dict[str, Any], cls: type = PPOTrainerConfig) -> None:
-    """Turn the `${path}` defaults of inherited fields back into None (in place, before resolving), so that
-    `fill_inherited` copies the value after it is checked and a bad value is reported once, at its own key."""
-    by_name = {f.name: f for f in dataclasses.fields(cls)}
-    for name, value in data.items():
-        f = by_name.get(name)
-        if f is None:
-            continue
-        if "inherit" in f.metadata and value == "${" + f.metadata["inherit"] + "}":
-            data[name] = None
-        inner = _unwrap_optional(_field_types(cls).get(name))
-        if dataclasses.is_dataclass(inner) and isinstance(value, dict):
-            clear_default_interpolations(value, inner)
 
 
 def to_plain_dict(config: Any) -> dict[str, Any]:
@@ -150,7 +140,8 @@ class KeyStatus:
 
 def resolve_key(key: str, value: Any = _NO_VALUE) -> KeyStatus:
     """Map a command-line key to hyflow's key, or say why it is ignored or invalid (renames log a notice).
-    `value` matters only for verl features hyflow lacks: switched off (false / null), they are accepted."""
+    `value` matters only for verl features hyflow lacks: switched off (false / null / verl's default), they are
+    accepted."""
     renamed = renamed_key(key)
     if renamed is not None:
         logger.warning("config: %r is the verl spelling of %r; reading it as %r.", key, renamed, renamed)
@@ -176,7 +167,7 @@ def _classify_missing(key: str, level_names: list[str], prefix: str, value: Any)
     if reason is not None:
         return KeyStatus("ignored", key, f"config: ignoring verl key {key!r}: {reason}.")
     reason = unsupported_reason(key)
-    if reason is not None and value in (False, None):
+    if reason is not None and (value in (False, None) or is_verl_default(key, value)):
         return KeyStatus("ignored", key, f"config: ignoring {key}={value}: hyflow does not implement {reason}.")
     if reason is not None:
         return KeyStatus("invalid", key, unsupported_key_message(key, reason))
@@ -186,13 +177,16 @@ def _classify_missing(key: str, level_names: list[str], prefix: str, value: Any)
 # ---------------------------------------------------------------------------------------------- conversion
 
 
-def to_dataclass(cls: type, data: Mapping[str, Any], prefix: str, problems: list[str]) -> Any:
-    """Build `cls` from `data`, appending a message to `problems` for every unknown key or bad value.
+def to_dataclass(
+    cls: type, data: Mapping[str, Any], prefix: str, problems: list[str], invalid_keys: set[str] | None = None
+) -> Any:
+    """Build `cls` from `data`, appending a message to `problems` for every unknown key or bad value (and the key
+    of every bad value to `invalid_keys`, when given).
 
     Keys missing from `data` take the dataclass default. Returns the instance (built from the valid keys only
     when there were problems; the caller raises once all sections are checked).
     """
-    data = _apply_renames(dict(data), prefix)
+    data = _apply_renames(copy.deepcopy(dict(data))) if not prefix else dict(data)
     types_here = _field_types(cls)
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
@@ -204,23 +198,32 @@ def to_dataclass(cls: type, data: Mapping[str, Any], prefix: str, problems: list
             else:
                 problems.append(status.message)
             continue
-        converted = convert_value(value, types_here[name], key, problems)
+        hint = types_here[name]
+        if dataclasses.is_dataclass(_unwrap_optional(hint)) and isinstance(value, Mapping):
+            converted = to_dataclass(_unwrap_optional(hint), value, key, problems, invalid_keys)
+        else:
+            converted = convert_value(value, hint, key, problems)
         if converted is not _INVALID:
             kwargs[name] = converted
+        elif invalid_keys is not None:
+            invalid_keys.add(key)
     return cls(**kwargs)
 
 
-def _apply_renames(data: dict[str, Any], prefix: str) -> dict[str, Any]:
-    for name in list(data):
-        key = _join(prefix, str(name))
-        target = renamed_key(key)
-        if target is None:
-            continue
-        logger.warning("config: %r is the verl spelling of %r; reading it as %r.", key, target, target)
-        value = data.pop(name)
-        relative = target[len(prefix) + 1 :] if prefix else target
+def _apply_renames(data: dict[str, Any]) -> dict[str, Any]:
+    """Move every value at a verl spelling to hyflow's key, anywhere in the tree (keys are full paths from the
+    root, so a rename may change sections: `actor_rollout_ref.actor.optim.clip_grad` -> `...actor.grad_clip`)."""
+    moves: list[tuple[str, str]] = []
+    _collect_renames(data, "", moves)
+    for key, target in moves:
+        *parents, leaf = key.split(".")
         node = data
-        *parents, leaf = relative.split(".")
+        for parent in parents:
+            node = node[parent]
+        value = node.pop(leaf)
+        logger.warning("config: %r is the verl spelling of %r; reading it as %r.", key, target, target)
+        *parents, leaf = target.split(".")
+        node = data
         for parent in parents:
             node = node.setdefault(parent, {})
         if isinstance(value, Mapping) and isinstance(node.get(leaf), Mapping):
@@ -230,8 +233,19 @@ def _apply_renames(data: dict[str, Any], prefix: str) -> dict[str, Any]:
     return data
 
 
+def _collect_renames(node: Mapping[str, Any], prefix: str, moves: list[tuple[str, str]]) -> None:
+    for name, value in node.items():
+        key = _join(prefix, str(name))
+        target = renamed_key(key)
+        if target is not None:
+            moves.append((key, target))
+        elif isinstance(value, Mapping):
+            _collect_renames(value, key, moves)
+
+
 def convert_value(value: Any, hint: Any, key: str, problems: list[str]) -> Any:
     """Check `value` against the type `hint` of `key`; return it (converted) or `_INVALID` after recording why."""
+    value = aliased_value(key, value)
     reason = unsupported_value_reason(key, value)
     if reason is not None:
         problems.append(reason)

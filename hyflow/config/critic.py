@@ -44,7 +44,7 @@ class CriticConfig:
     grad_clip: float = 1.0
     cliprange_value: float = 0.5
     loss_agg_mode: LossAggMode | None = inherit("actor_rollout_ref.actor.loss_agg_mode")  # noqa: RUF009 (a field)
-    ulysses_sequence_parallel_size: int = 1  # only 1: hyflow has no sequence parallelism
+    ulysses_sequence_parallel_size: int = 1  # verl's; read as data parallelism at load (sequence_parallel.py)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:

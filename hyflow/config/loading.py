@@ -1,163 +1,194 @@
 """Load and check a `PPOTrainerConfig` from command-line overrides, a DictConfig or a dict.
 
-    from hyflow.config import load_config, validate_config
+    from hyflow.config import load_config, check_config
     config = load_config(["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "algorithm.adv_estimator=grpo"])
-    config = validate_config(PPOTrainerConfig(...))        # a config built in Python
+    config = check_config(PPOTrainerConfig(...))        # a config built in Python
 
-Both raise one `ConfigError` listing every problem. `prepare_overrides` is the command-line half that runs before
-Hydra composes the config (so unknown keys get hyflow's message, with a suggestion, instead of Hydra's);
-`register_with_hydra` stores the defaults as Hydra's `ppo_trainer` config.
+One straight line, each step once:
+
+1. `parse_overrides`: each `key=value` string through Hydra's override grammar (lists `[a,b]`, `+key`, `~key`,
+   quoting). A `~` that starts a path is the home folder, as a shell would have made it.
+2. `apply_overrides`: onto the dataclass defaults (`default_dict`), each key resolved first (verl spellings read
+   as hyflow's, no-op verl keys dropped with a notice, typos get the closest valid key).
+3. `to_dataclass`: every value against its type and choices.
+4. `finalize` (`hyflow.config.checks`): the values derived from others, and the cross-field checks.
+
+Nothing stops at the first mistake: every problem of every step is reported in one `ConfigError`.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hyflow.config.convert import (
-    all_keys,
-    clear_default_interpolations,
-    default_dict,
-    resolve_key,
-    to_dataclass,
-    to_plain_dict,
-)
+from hyflow.config.checks import finalize
+from hyflow.config.convert import default_dict, resolve_key, to_dataclass, to_plain_dict
 from hyflow.config.errors import ConfigError
 from hyflow.config.ppo_trainer import PPOTrainerConfig
-from hyflow.config.validation import finalize
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
 
 logger = logging.getLogger(__name__)
 
-CONFIG_NAME = "ppo_trainer"
+# A `~` at the start of a value or of a list item, followed by `/` or the end of that item.
+_HOME_PREFIX = re.compile(r"(?P<lead>^|[\[,]\s*)~(?=/|$|\s*[,\]])")
+_QUOTE_WORTHY = "~=[]{}(),'\"\\ :$"
 
 
-def load_config(overrides: Sequence[str] | DictConfig | Mapping[str, Any] | None = None) -> PPOTrainerConfig:
-    """The checked, typed config: defaults + `overrides` (a list of `key=value` strings in Hydra syntax, or a
-    composed DictConfig / dict such as the one a Hydra app receives)."""
+def load_config(
+    overrides: Sequence[str | Override] | DictConfig | Mapping[str, Any] | None = None, check_files: bool = True
+) -> PPOTrainerConfig:
+    """The checked, typed config: the defaults + `overrides` (`key=value` strings in Hydra's syntax, or what
+    `parse_overrides` made of them), or a whole config as a DictConfig / nested dict. `check_files=False` skips
+    the checks that the model folders and data files exist (to check a launch line meant for another machine)."""
+    problems: list[str] = []
     if isinstance(overrides, DictConfig | Mapping):
-        data = _to_container(overrides)
+        data = _resolved(_container(overrides), problems)
     elif overrides is None or (isinstance(overrides, Sequence) and not isinstance(overrides, str)):
-        data = apply_overrides(default_dict(), list(overrides or []))
+        items = list(overrides or [])
+        parsed = [item for item in items if not isinstance(item, str)]
+        parsed += parse_overrides([item for item in items if isinstance(item, str)], problems)
+        data = apply_overrides(default_dict(), parsed, problems)
     else:
         raise TypeError(f"load_config takes a list of 'key=value' strings or a DictConfig, got {type(overrides)}")
     data.pop("hydra", None)
-    problems: list[str] = []
-    config = to_dataclass(PPOTrainerConfig, data, "", problems)
-    if problems:
-        raise ConfigError(problems)
-    problems = finalize(config)
+    invalid_keys: set[str] = set()
+    config = to_dataclass(PPOTrainerConfig, data, "", problems, invalid_keys)
+    found = finalize(config, check_files=check_files)
+    problems += [problem for problem in found if not _mentions_any(problem, invalid_keys)]
     if problems:
         raise ConfigError(problems)
     return config
 
 
-def validate_config(config: PPOTrainerConfig) -> PPOTrainerConfig:
-    """Check a config built in Python (types, choices, cross-field rules); return a normalised copy."""
-    return load_config(to_plain_dict(config))
+def check_config(config: PPOTrainerConfig, check_files: bool = True) -> PPOTrainerConfig:
+    """Check a config built in Python (types, choices, cross-field rules, files); return a finalized copy."""
+    return load_config(to_plain_dict(config), check_files=check_files)
 
 
-def _to_container(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    raw = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else copy.deepcopy(dict(cfg))
-    clear_default_interpolations(raw)
-    try:
-        return OmegaConf.to_container(OmegaConf.create(raw), resolve=True)  # type: ignore[return-value]
-    except OmegaConfBaseException as err:  # an interpolation such as ${data.missing} that does not resolve
-        message = f"could not resolve an interpolation: {err}. Fix: point the ${{...}} at a valid key."
-        raise ConfigError([message]) from err
+def _mentions_any(problem: str, keys: set[str]) -> bool:
+    """Whether a cross-field problem is about a key whose own value was already rejected (it was checked with
+    that key's default, so its message would be about a value the user never set)."""
+    return any(key in problem or key.split(".", 1)[-1] in problem for key in keys)
 
 
-def prepare_overrides(overrides: Sequence[str]) -> list[str]:
-    """Check command-line overrides against the schema and rewrite them so Hydra can apply them.
+# ---------------------------------------------------------------------------------------------- step 1: parse
 
-    verl spellings become hyflow's keys; no-op verl keys are dropped with a notice; `+key=value` on a key that
-    exists becomes `++key=value` (verl scripts add keys their YAML lacked); `hydra.*` passes through. Unknown
-    and unsupported keys raise one ConfigError naming them all.
-    """
+
+def parse_overrides(overrides: Sequence[str], problems: list[str] | None = None) -> list[Override]:
+    """Each override through Hydra's grammar, once. A malformed one is reported (in `problems`, or raised as a
+    ConfigError when no list is given) with what Hydra rejected and how to quote it; the others are parsed."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except OverrideParseException as err:
-        raise ConfigError([f"could not parse the command line: {err}. Fix: write each override as key=value."]) from err
-    problems: list[str] = []
-    prepared: list[str] = []
+    parser = OverridesParser.create()
+    found: list[str] = []
+    parsed: list[Override] = []
+    for line in overrides:
+        try:
+            parsed.extend(parser.parse_overrides([expand_home(line)]))
+        except OverrideParseException as err:
+            found.append(parse_error_message(line, err))
+    if found and problems is None:
+        raise ConfigError(found)
+    if problems is not None:
+        problems.extend(found)
+    return parsed
+
+
+def expand_home(line: str) -> str:
+    """`key=~/x` (and `key=[~/a,~/b]`) with `~` replaced by the home folder; the key part and quoted values are left
+    alone (quoted paths are expanded later with every other path field, by `finalize`)."""
+    key, sep, value = line.partition("=")
+    if not sep or value.startswith(("'", '"')):
+        return line
+    home = os.path.expanduser("~")
+    return key + sep + _HOME_PREFIX.sub(lambda m: m.group("lead") + home, value)
+
+
+def parse_error_message(line: str, err: Exception) -> str:
+    """What Hydra rejected in `line`, in one sentence, and the fix."""
+    details = [part.strip() for part in str(err).splitlines()]
+    reason = next(
+        (
+            part
+            for part in details
+            if part and not part.startswith(("Error parsing override", "See https://")) and set(part) != {"^"}
+        ),
+        "not a key=value override",
+    )
+    reason = reason.removeprefix("LexerNoViableAltException: ").strip()
+    if reason == line.strip():
+        reason = "a character the grammar does not allow there"
+    key, sep, value = line.partition("=")
+    if not sep:
+        return f"could not parse `{line}`: it has no `=`. Fix: write each override as key=value."
+    special = sorted({ch for ch in value if ch in _QUOTE_WORTHY})
+    shown = " ".join(repr(ch) for ch in special) or "nothing unusual"
+    quoted = f"{key}='{value}'" if "'" not in value else f'{key}="{value}"'
+    return (
+        f"could not parse `{line}`: Hydra's override grammar rejects it ({reason}); the value holds {shown}. "
+        f"Fix: quote the value, e.g. {quoted} (inside quotes ~ = [ ] , and spaces are plain text), or write a "
+        "list as key=[a,b]."
+    )
+
+
+# ---------------------------------------------------------------------------------------------- step 2: apply
+
+
+def apply_overrides(base: dict[str, Any], parsed: Sequence[Override], problems: list[str]) -> dict[str, Any]:
+    """`base` with the parsed overrides applied (Hydra's meaning: `key=v` sets, `+key=v` / `++key=v` add, `~key`
+    deletes), each key resolved first; an override that cannot apply becomes a message in `problems`."""
+    cfg = OmegaConf.create(base)
     for override in parsed:
-        line = override.input_line or ""
-        if _is_hydra_setting(override.key_or_group):
-            prepared.append(line)
+        line, key = override.input_line, override.key_or_group
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            logger.warning("config: ignoring `%s`: hyflow reads the command line itself, without a Hydra app.", line)
             continue
-        value = None if override.is_delete() or override.is_sweep_override() else override.value()
-        status = resolve_key(override.key_or_group, value)
+        if override.is_sweep_override():
+            problems.append(f"`{line}` is a sweep (several values); hyflow runs one config. Fix: run once per value.")
+            continue
+        value = None if override.is_delete() else override.value()
+        status = resolve_key(key, value)
         if status.kind == "ignored":
             logger.warning(status.message)
         elif status.kind == "invalid":
             problems.append(f"{status.message} (from `{line}`)")
+        elif override.is_delete():
+            _delete(cfg, status.key)
         else:
-            prepared.append(_rewrite(line, status.key, override))
-    if problems:
-        raise ConfigError(problems)
-    return prepared
+            try:
+                OmegaConf.update(cfg, status.key, value, merge=True, force_add=True)
+            except OmegaConfBaseException as err:
+                problems.append(f"`{line}` cannot be applied: {err}. Fix: set {status.key} to a plain value.")
+    return _resolved(OmegaConf.to_container(cfg, resolve=False), problems)  # type: ignore[arg-type]
 
 
-def _is_hydra_setting(key: str) -> bool:
-    """Hydra's own settings (`hydra.run.dir=...`) and config groups (`hydra/job_logging=none`)."""
-    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+def _delete(cfg: DictConfig, key: str) -> None:
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    if isinstance(parent, DictConfig) and leaf in parent:
+        del parent[leaf]
 
 
-def _rewrite(line: str, key: str, override: Override) -> str:
-    """The override on hyflow's key; `++` (set, adding if absent) for `+key` and keys inside free-form mappings."""
-    value = line.split("=", 1)[1] if "=" in line else None
-    if override.is_delete():
-        return f"~{key}" if value is None else f"~{key}={value}"
-    force = override.is_add() or override.is_force_add() or key not in all_keys()
-    return f"{'++' if force else ''}{key}={value}"
+def _container(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
+    return copy.deepcopy(dict(cfg))
 
 
-def apply_overrides(base: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """`base` with command-line overrides applied the way Hydra applies them (after `prepare_overrides`)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    cfg = OmegaConf.create(base)
-    for override in OverridesParser.create().parse_overrides(prepare_overrides(overrides)):
-        key = override.key_or_group
-        if _is_hydra_setting(key):
-            continue
-        if override.is_sweep_override():
-            raise ConfigError([f"`{override.input_line}` is a sweep; sweeps need `--multirun` on the command line."])
-        if override.is_delete():
-            parent_key, _, leaf = key.rpartition(".")
-            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-            if isinstance(parent, DictConfig) and leaf in parent:
-                del parent[leaf]
-            continue
-        OmegaConf.update(cfg, key, override.value(), merge=True, force_add=True)
-    return _to_container(cfg)
-
-
-def register_with_hydra() -> None:
-    """Store the dataclass defaults (as a plain dict, so hyflow, not OmegaConf, checks types) under the name
-    `ppo_trainer` in Hydra's ConfigStore."""
-    from hydra.core.config_store import ConfigStore
-
-    node = OmegaConf.create({**default_dict(), "hydra": {"help": _HELP}})
-    ConfigStore.instance().store(name=CONFIG_NAME, node=node)
-
-
-_HELP = {
-    "app_name": "hyflow train",
-    "header": "hyflow train (same as python -m hyflow.trainer.main_ppo): PPO/GRPO post-training with verl's "
-    "config keys.\n\nUsage: hyflow train key=value ...\n  e.g. hyflow train data.train_files=train.parquet "
-    "actor_rollout_ref.model.path=/models/qwen algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=5\n",
-    "footer": "Every key is checked before any worker starts (unknown keys, types, choices, batch-size rules).\n"
-    "Print the resolved config with --cfg job; Hydra's own options: --hydra-help.",
-    "template": "${hydra.help.header}\n== Config (key: default) ==\n\n$CONFIG\n${hydra.help.footer}\n",
-}
+def _resolved(raw: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """`raw` with the user's `${...}` interpolations resolved (the defaults hold none)."""
+    try:
+        return OmegaConf.to_container(OmegaConf.create(raw), resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:  # an interpolation such as ${data.missing} that does not resolve
+        problems.append(f"could not resolve an interpolation: {err}. Fix: point the ${{...}} at a set key.")
+        return raw

@@ -48,9 +48,14 @@ class PPOTrainerConfig:
         a policy loss that names `old_log_probs` among its extra batch keys. Not reasons: a KL loss (it reads
         log_prob and ref_log_prob), critic warm-up steps (no actor update, so nothing reads them), and
         `rollout.calculate_log_probs` (a loss comparing rollout_log_probs with old_log_prob gets the same values;
-        only the pass's `training/rollout_probs_diff_*` diagnostic is not reported).
+        only the pass's `training/rollout_probs_diff_*` diagnostic is not reported). Decoupled rollout correction
+        is one (its weights compare old_log_probs with rollout_log_probs); in its bypass mode nothing needs the pass:
+        old_log_probs are the engine's `rollout_log_probs`.
         """
         actor, train = self.actor_rollout_ref.actor, self.data.train_batch_size
+        correction = self.algorithm.rollout_correction
+        if correction.bypass_mode:  # old_log_probs are the engine's (rollout correction's bypass mode)
+            return []
         reasons = []
         if actor.ppo_epochs != 1:
             reasons.append(
@@ -65,6 +70,11 @@ class PPOTrainerConfig:
             )
         if self.algorithm.use_kl_in_reward:
             reasons.append("algorithm.use_kl_in_reward=True (the KL penalty in the reward reads old_log_probs)")
+        if correction.rollout_is is not None or correction.rollout_rs is not None:
+            reasons.append(
+                "algorithm.rollout_correction.rollout_is / rollout_rs in decoupled mode (the IS weights and "
+                "rejection compare old_log_probs with rollout_log_probs)"
+            )
         if "old_log_probs" in actor.policy_loss.extra_batch_keys:
             reasons.append(
                 "actor_rollout_ref.actor.policy_loss.extra_batch_keys names 'old_log_probs' (the loss reads the "
@@ -75,7 +85,10 @@ class PPOTrainerConfig:
     @property
     def recompute_old_log_prob(self) -> bool:
         """Whether the trainer runs the old-log-prob pass: `actor.recompute_old_log_prob` when it is a bool, and
-        with `"auto"` exactly when something needs it (`old_log_prob_pass_reasons`)."""
+        with `"auto"` exactly when something needs it (`old_log_prob_pass_reasons`). Never in rollout correction's
+        bypass mode, whose old log-probs are the engine's (`algorithm.rollout_correction.bypass_mode`)."""
+        if self.algorithm.rollout_correction.bypass_mode:
+            return False
         setting = self.actor_rollout_ref.actor.recompute_old_log_prob
         if isinstance(setting, bool):
             return setting

@@ -226,7 +226,25 @@ interpolation), and `derived` means its section computes it from sibling keys (t
 sizes ending in `_per_gpu` are per device and count rows; `ppo_mini_batch_size` counts prompts, each sampled
 `rollout.n` times.
 
-Print the composed config of a launch line with `python -m hyflow.trainer.main_ppo --cfg job key=value ...`.
+Print the config a launch line runs with, every check done and every derived value filled in (engine names as
+used, e.g. `rollout.name: hyflow` for verl's `sglang`), with `python -m hyflow.trainer.main_ppo --cfg job
+key=value ...`; it starts nothing.
+
+Paths: in every key that holds a path (a name ending in `path`, `_files` or `_dir`, and the tokenizer folders) a
+leading `~` is the home folder, on the command line (`data.train_files=~/data/train.parquet`) as from Python.
+Quote a value that holds `=`, brackets, commas or spaces (`trainer.experiment_name='a=b'`). The model folders,
+data files and config files a run reads are checked at load, and the training files must hold at least one batch
+(`data.train_batch_size` rows, after `data.train_max_samples`).
+
+The embedded default: a command line that sets neither `actor_rollout_ref.model.path` nor `data.train_files`
+runs `hyflow demo`'s GRPO phase: its tiny model, SFT-trained on the synthetic arith task once and kept under
+`$HYFLOW_HOME/embedded_default` (`HYFLOW_HOME` defaults to `~/.cache/hyflow`), with the demo's settings; the
+other overrides of the line apply on top. Set one of the two keys and set the other one too.
+
+The backend: `trainer.backend=auto` (the default) is `local` exactly when the run has one process,
+`trainer.nnodes * trainer.n_gpus_per_node == 1` (the default: one device, GPU or CPU), and `ray` otherwise; `ray`
+needs `pip install hyflow[ray]`. Checkpoints: `trainer.save_freq=N` saves every N steps and after the last one;
+`-1` (the default, as in verl) saves none.
 """
 
 # (title, root dataclass, suffix of its section headings): the PPO config first, then the SFT one.

@@ -65,7 +65,7 @@ class RewardModelConfig:
     max_length: int | None = None
     use_dynamic_bsz: bool = False
     forward_max_token_len_per_gpu: int = 32768
-    ulysses_sequence_parallel_size: int = 1  # only 1: hyflow has no sequence parallelism
+    ulysses_sequence_parallel_size: int = 1  # verl's; read as data parallelism at load (sequence_parallel.py)
     reward_manager: RewardManagerName = "naive"
     launch_reward_fn_async: bool = False  # score the batch while old log-probs are computed
     num_processes: int = 8  # prime: worker processes

@@ -113,25 +113,24 @@ def sft_default_dict() -> dict[str, Any]:
 
 def load_sft_config(overrides: Sequence[str] = ()) -> SFTConfig:
     """The checked SFT config: defaults plus `key=value` overrides in Hydra's syntax (lists as `[a,b]`)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
     from omegaconf import OmegaConf
 
     from hyflow.config.convert import to_dataclass
+    from hyflow.config.files import expand_user_paths
+    from hyflow.config.loading import parse_overrides
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except OverrideParseException as err:
-        raise ConfigError([f"could not parse the command line: {err}. Fix: write each override as key=value."]) from err
-    problems = [problem for override in parsed if (problem := _check_key(override.key_or_group))]
-    if problems:
-        raise ConfigError(problems)
+    problems: list[str] = []
+    parsed = parse_overrides(list(overrides), problems)  # `~/x` is the home folder, as for `hyflow train`
     cfg = OmegaConf.create(sft_default_dict())
     for override in parsed:
         if override.is_delete() or override.is_sweep_override():
-            raise ConfigError([f"`{override.input_line}`: hyflow sft takes plain key=value overrides only."])
-        OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True, force_add=True)
+            problems.append(f"`{override.input_line}`: hyflow sft takes plain key=value overrides only.")
+        elif problem := _check_key(override.key_or_group):
+            problems.append(problem)
+        else:
+            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True, force_add=True)
     config = to_dataclass(SFTConfig, OmegaConf.to_container(cfg, resolve=True), "", problems)
+    expand_user_paths(config)
     problems.extend(check_sft_config(config))
     if problems:
         raise ConfigError(problems)

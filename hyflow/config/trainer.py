@@ -1,7 +1,8 @@
 """`trainer.*`: the run itself: backend, devices, logging, validation and checkpoint cadence, resuming.
 
-verl's defaults, except `n_gpus_per_node=1`, `device="auto"` (CUDA when present, else CPU) and
-`logger=["console"]`, so that a run without overrides works on a laptop. `trainer.logger=console` (a string, as
+verl's defaults, except `n_gpus_per_node=1`, `device="auto"` (CUDA when present, else CPU), `backend="auto"`
+(`local` for a one-process run, else `ray`) and `logger=["console"]`, so that a run without overrides works on a
+laptop. `trainer.logger=console` (a string, as
 verl's quickstart writes it) is read as `["console"]`.
 """
 
@@ -27,7 +28,8 @@ class RayInitConfig:
 class TrainerConfig:
     """Loop length, cadence of validation and checkpoints, the cluster shape, experiment tracking."""
 
-    backend: Literal["ray", "local"] = "ray"  # local: one process, world size 1 (debugging, tests)
+    # auto: local when the run has one process (nnodes * n_gpus_per_node == 1), else ray (`pip install hyflow[ray]`)
+    backend: Literal["auto", "ray", "local"] = "auto"
     device: Literal["auto", "cuda", "cpu"] = "auto"
     nnodes: int = 1
     n_gpus_per_node: int = 1  # processes per node (devices, or CPU processes with device=cpu)
@@ -42,7 +44,7 @@ class TrainerConfig:
     val_before_train: bool = True
     val_only: bool = False
     test_freq: int = -1  # validate every N steps; -1: never during training
-    save_freq: int = -1  # checkpoint every N steps; -1: only at the end when default_local_dir is set
+    save_freq: int = -1  # checkpoint every N steps and after the last one; -1: no checkpoints (as verl)
     critic_warmup: int = 0  # steps that train only the critic
     balance_batch: bool = True  # reorder the batch so every rank gets a similar token count
     default_local_dir: str | None = derived()  # None: checkpoints/{project_name}/{experiment_name}

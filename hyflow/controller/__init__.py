@@ -26,7 +26,7 @@ import importlib
 from typing import Any
 
 from hyflow.controller.colocate import create_colocated_worker_cls
-from hyflow.controller.decorator import Dispatch, Execute, ShardedCall, register, register_dispatch_mode
+from hyflow.controller.decorator import Dispatch, Execute, register, register_dispatch_mode, update_dispatch_mode
 from hyflow.controller.errors import WorkerDiedError, WorkerError, WorkerGroupError, WorkerTimeoutError
 from hyflow.controller.local import LocalWorkerGroup
 from hyflow.controller.worker import Worker
@@ -49,7 +49,6 @@ __all__ = [
     "RayClassWithInitArgs",
     "RayResourcePool",
     "RayWorkerGroup",
-    "ShardedCall",
     "Worker",
     "WorkerDiedError",
     "WorkerError",
@@ -60,6 +59,7 @@ __all__ = [
     "init_ray",
     "register",
     "register_dispatch_mode",
+    "update_dispatch_mode",
 ]
 
 

@@ -4,27 +4,31 @@ A worker method marked with `@register(dispatch_mode=..., execute_mode=..., bloc
 every `WorkerGroup` built from that worker class. One group call runs three steps:
 
 1. **dispatch** (in the controller): turn the call's arguments into per-rank arguments. A dispatch function
-   returns a `ShardedCall` whose positional and keyword values are lists of `world_size` items; the group gives
-   item `r` to rank `r` (`WorkerGroup.execute_all_async`).
+   `dispatch_fn(worker_group, *args, **kwargs) -> (args, kwargs)` (verl's contract) returns values that are lists
+   of `world_size` items; the group gives item `r` to rank `r` (`WorkerGroup.execute_all_async`). A dispatch that
+   padded rows says how many under the keyword `PADDING_SIZE_KEY`, which the group takes out before the call.
 2. **execute** (on the workers): `Execute.ALL` runs the method on every rank, `Execute.RANK_ZERO` on rank 0 only.
    Inside the worker, `materialize_futures=True` first resolves `DataProtoFuture` arguments (results of another
    group's non-blocking call), so data can flow group to group without a round trip through the controller.
-3. **collect** (in the controller): turn the list of per-rank results into the call's result.
+3. **collect** (in the controller): `collect_fn(worker_group, outputs)` turns the list of per-rank results into
+   the call's result; the group then drops the padding rows of a `DataProto` result.
 
 Built-in modes (`Dispatch`):
 
 - `ONE_TO_ALL`: every rank gets the same arguments; the result is the list of per-rank results.
 - `ALL_TO_ALL`: arguments go as they are, except that a list of exactly `world_size` items is sliced, one item
   per rank; the result is the list of per-rank results.
+- `DP_COMPUTE`: every argument is already a list of `world_size` items, one per rank; the result is the list.
 - `DP_COMPUTE_PROTO`: every `DataProto` argument is padded to a multiple of `world_size` (repeating its first
   rows) and cut into `world_size` equal chunks; other arguments go to every rank. The per-rank `DataProto` results
   are concatenated and the padding rows dropped, so the caller gets one row out per row in.
+- `DP_COMPUTE_METRIC`: split like `DP_COMPUTE_PROTO`; the result is the list of per-rank results.
 - `DP_COMPUTE_PROTO_WITH_FUNC`: like `DP_COMPUTE_PROTO`, with a function as the first argument sent to every rank.
 - `RANK_ZERO`: the call runs on rank 0 only, with the arguments as given; the result is rank 0's result.
 
-Custom modes: `register_dispatch_mode("my_mode", dispatch_fn, collect_fn)` then `@register(dispatch_mode="my_mode")`,
-or pass `dispatch_mode={"dispatch_fn": f, "collect_fn": g}` directly.
-`dispatch_fn(world_size, *args, **kwargs) -> ShardedCall` and `collect_fn(outputs: list, pad_size: int) -> Any`.
+Custom modes, as in verl: `register_dispatch_mode("my_mode", dispatch_fn, collect_fn)` then
+`@register(dispatch_mode="my_mode")` (or `Dispatch.my_mode`), `update_dispatch_mode(mode, dispatch_fn, collect_fn)`
+to replace a mode's pair, or `dispatch_mode={"dispatch_fn": f, "collect_fn": g}` directly.
 """
 
 from __future__ import annotations
@@ -32,24 +36,35 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from hyflow.protocol import DataProto, DataProtoFuture
 
 __all__ = [
+    "PADDING_SIZE_KEY",
     "REGISTER_ATTR",
     "Dispatch",
     "DispatchMode",
     "Execute",
     "MethodSpec",
-    "ShardedCall",
+    "collect_all_to_all",
+    "collect_dp_compute",
+    "collect_dp_compute_data_proto",
+    "dispatch_all_to_all",
+    "dispatch_dp_compute",
+    "dispatch_dp_compute_data_proto",
+    "dispatch_one_to_all",
     "get_dispatch_mode",
     "register",
     "register_dispatch_mode",
     "resolve_future_args",
+    "update_dispatch_mode",
 ]
+
+# The keyword under which a dispatch function reports the rows it padded (the group pops it before the call).
+PADDING_SIZE_KEY = "_hyflow_padding_size"
 
 # The attribute `@register` sets on a worker method; WorkerGroup looks for it to find the group's methods.
 REGISTER_ATTR = "__hyflow_register__"
@@ -60,8 +75,10 @@ class Dispatch(Enum):
 
     ONE_TO_ALL = "one_to_all"
     ALL_TO_ALL = "all_to_all"
+    DP_COMPUTE = "dp_compute"
     DP_COMPUTE_PROTO = "dp_compute_proto"
     DP_COMPUTE_PROTO_WITH_FUNC = "dp_compute_proto_with_func"
+    DP_COMPUTE_METRIC = "dp_compute_metric"
     RANK_ZERO = "rank_zero"
 
 
@@ -72,18 +89,8 @@ class Execute(Enum):
     RANK_ZERO = "rank_zero"
 
 
-@dataclass
-class ShardedCall:
-    """Per-rank arguments: each positional value and each keyword value is a list with one item per rank
-    (or a value that every rank receives as it is). `pad_size` rows were added by padding and are dropped on collect."""
-
-    args: tuple
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    pad_size: int = 0
-
-
-DispatchFn = Callable[..., ShardedCall]
-CollectFn = Callable[[list, int], Any]
+DispatchFn = Callable[..., tuple[tuple, dict]]  # (worker_group, *args, **kwargs) -> (args, kwargs), per-rank lists
+CollectFn = Callable[[Any, list], Any]  # (worker_group, per-rank outputs) -> the call's result
 
 
 @dataclass(frozen=True)
@@ -104,35 +111,49 @@ class MethodSpec:
     materialize_futures: bool
 
 
-# ---- the built-in dispatch / collect functions ----
+# ---- the built-in dispatch / collect functions (verl's contract: the group first) ----
 def _broadcast(world_size: int, value: Any) -> list:
     return [value] * world_size
 
 
-def dispatch_one_to_all(world_size: int, *args: Any, **kwargs: Any) -> ShardedCall:
+def dispatch_one_to_all(worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
     """Every rank gets every argument as it is."""
-    return ShardedCall(
-        args=tuple(_broadcast(world_size, a) for a in args),
-        kwargs={k: _broadcast(world_size, v) for k, v in kwargs.items()},
-    )
+    world_size = worker_group.world_size
+    return tuple(_broadcast(world_size, a) for a in args), {k: _broadcast(world_size, v) for k, v in kwargs.items()}
 
 
-def dispatch_all_to_all(world_size: int, *args: Any, **kwargs: Any) -> ShardedCall:
+def dispatch_all_to_all(worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
     """Arguments go unchanged; lists of `world_size` items are sliced one per rank when the call executes."""
-    return ShardedCall(args=args, kwargs=dict(kwargs))
+    return args, dict(kwargs)
 
 
-def collect_all(outputs: list, pad_size: int = 0) -> list:
+def dispatch_dp_compute(worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    """Every argument is already split: a list (or tuple) of `world_size` items, item r for rank r."""
+    world_size = worker_group.world_size
+    for name, value in [*((f"argument {i}", a) for i, a in enumerate(args)), *kwargs.items()]:
+        if not (isinstance(value, (list, tuple)) and len(value) == world_size):
+            raise ValueError(
+                f"DP_COMPUTE needs every argument split per rank (a list of {world_size} items); {name} is "
+                f"{type(value).__name__} of length {len(value) if isinstance(value, (list, tuple)) else '-'}. "
+                "Split it yourself, or use DP_COMPUTE_PROTO for a DataProto."
+            )
+    return tuple(list(a) for a in args), {k: list(v) for k, v in kwargs.items()}
+
+
+def collect_all_to_all(worker_group: Any, outputs: list) -> list:
     """The list of per-rank results, in rank order."""
     return list(outputs)
 
 
-def collect_first(outputs: list, pad_size: int = 0) -> Any:
+collect_dp_compute = collect_all_to_all  # verl's name for the same collect of DP_COMPUTE
+
+
+def collect_rank_zero(worker_group: Any, outputs: list) -> Any:
     """Rank 0's result."""
     return outputs[0]
 
 
-def _dataproto_length(world_size: int, args: tuple, kwargs: dict) -> int | None:
+def _dataproto_length(args: tuple, kwargs: dict) -> int | None:
     lengths = {
         name: len(value)
         for name, value in [*((f"argument {i}", a) for i, a in enumerate(args)), *kwargs.items()]
@@ -146,14 +167,15 @@ def _dataproto_length(world_size: int, args: tuple, kwargs: dict) -> int | None:
     return next(iter(lengths.values()), None)
 
 
-def dispatch_dp_compute_data_proto(world_size: int, *args: Any, **kwargs: Any) -> ShardedCall:
-    """Pad every DataProto to a multiple of `world_size` and cut it into `world_size` chunks.
+def dispatch_dp_compute_data_proto(worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    """Pad every DataProto to a multiple of `world_size` and cut it into `world_size` chunks; the padded row count
+    goes under `PADDING_SIZE_KEY`.
 
     A `DataProtoFuture` is chunked lazily (each rank resolves it and keeps its own part); its rows must divide by
     `world_size`. Other values go to every rank.
     """
-    length = _dataproto_length(world_size, args, kwargs)
-    pad_size = 0 if length is None else -length % world_size
+    world_size = worker_group.world_size
+    length = _dataproto_length(args, kwargs)
 
     def shard(value: Any) -> list:
         if isinstance(value, DataProto):
@@ -163,47 +185,48 @@ def dispatch_dp_compute_data_proto(world_size: int, *args: Any, **kwargs: Any) -
             return value.chunk(world_size)
         return _broadcast(world_size, value)
 
-    return ShardedCall(
-        args=tuple(shard(a) for a in args), kwargs={k: shard(v) for k, v in kwargs.items()}, pad_size=pad_size
-    )
+    split_kwargs = {k: shard(v) for k, v in kwargs.items()}
+    split_kwargs[PADDING_SIZE_KEY] = 0 if length is None else -length % world_size
+    return tuple(shard(a) for a in args), split_kwargs
 
 
-def dispatch_dp_compute_data_proto_with_func(world_size: int, func: Callable, *args: Any, **kwargs: Any) -> ShardedCall:
+def dispatch_dp_compute_data_proto_with_func(worker_group: Any, func: Callable, *args: Any, **kwargs: Any) -> tuple:
     """`func` goes to every rank; the remaining arguments are split like `DP_COMPUTE_PROTO`."""
     if not callable(func):
         raise ValueError(
             f"DP_COMPUTE_PROTO_WITH_FUNC takes a function as its first argument, got {type(func).__name__}. "
             "Call it as wg.method(func, data)."
         )
-    sharded = dispatch_dp_compute_data_proto(world_size, *args, **kwargs)
-    sharded.args = (_broadcast(world_size, func), *sharded.args)
-    return sharded
+    split_args, split_kwargs = dispatch_dp_compute_data_proto(worker_group, *args, **kwargs)
+    return (_broadcast(worker_group.world_size, func), *split_args), split_kwargs
 
 
-def collect_dp_compute_data_proto(outputs: list, pad_size: int = 0) -> Any:
-    """Concatenate per-rank DataProtos in rank order and drop the padding rows; other results come back as a list."""
+def collect_dp_compute_data_proto(worker_group: Any, outputs: list) -> Any:
+    """Concatenate per-rank DataProtos in rank order (the group drops the padding rows after); other results come
+    back as a list."""
     if not all(isinstance(out, DataProto) for out in outputs):
         return list(outputs)
-    joined = DataProto.concat(outputs)
-    # Results without rows (e.g. only meta_info metrics) carry no padding to drop.
-    return joined.unpad(pad_size) if pad_size and len(joined) > 0 else joined
+    return DataProto.concat(outputs)
 
 
 _DISPATCH_MODES: dict[Dispatch | str, DispatchMode] = {
-    Dispatch.ONE_TO_ALL: DispatchMode(dispatch_one_to_all, collect_all),
-    Dispatch.ALL_TO_ALL: DispatchMode(dispatch_all_to_all, collect_all),
+    Dispatch.ONE_TO_ALL: DispatchMode(dispatch_one_to_all, collect_all_to_all),
+    Dispatch.ALL_TO_ALL: DispatchMode(dispatch_all_to_all, collect_all_to_all),
+    Dispatch.DP_COMPUTE: DispatchMode(dispatch_dp_compute, collect_dp_compute),
     Dispatch.DP_COMPUTE_PROTO: DispatchMode(dispatch_dp_compute_data_proto, collect_dp_compute_data_proto),
     Dispatch.DP_COMPUTE_PROTO_WITH_FUNC: DispatchMode(
         dispatch_dp_compute_data_proto_with_func, collect_dp_compute_data_proto
     ),
-    Dispatch.RANK_ZERO: DispatchMode(dispatch_all_to_all, collect_first),
+    Dispatch.DP_COMPUTE_METRIC: DispatchMode(dispatch_dp_compute_data_proto, collect_dp_compute),
+    Dispatch.RANK_ZERO: DispatchMode(dispatch_all_to_all, collect_rank_zero),
 }
 
 
 def register_dispatch_mode(name: str, dispatch_fn: DispatchFn, collect_fn: CollectFn) -> None:
     """Add a custom dispatch mode, usable as `@register(dispatch_mode=name)`.
 
-    `dispatch_fn(world_size, *args, **kwargs) -> ShardedCall`; `collect_fn(outputs, pad_size) -> result`.
+    `dispatch_fn(worker_group, *args, **kwargs) -> (args, kwargs)` with per-rank lists (verl's contract);
+    `collect_fn(worker_group, outputs) -> result`.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a custom dispatch mode needs a non-empty string name, got {name!r}.")
@@ -212,6 +235,15 @@ def register_dispatch_mode(name: str, dispatch_fn: DispatchFn, collect_fn: Colle
     if not (callable(dispatch_fn) and callable(collect_fn)):
         raise ValueError(f"register_dispatch_mode({name!r}, ...) needs two callables: dispatch_fn and collect_fn.")
     _DISPATCH_MODES[name] = DispatchMode(dispatch_fn, collect_fn)
+
+
+def update_dispatch_mode(mode: Dispatch | str, dispatch_fn: DispatchFn, collect_fn: CollectFn) -> None:
+    """Replace the pair of an existing mode (built-in or registered), as verl's `update_dispatch_mode` does."""
+    if mode not in _DISPATCH_MODES:
+        raise ValueError(f"update_dispatch_mode: {mode!r} is not a dispatch mode; register it first.")
+    if not (callable(dispatch_fn) and callable(collect_fn)):
+        raise ValueError(f"update_dispatch_mode({mode!r}, ...) needs two callables: dispatch_fn and collect_fn.")
+    _DISPATCH_MODES[mode] = DispatchMode(dispatch_fn, collect_fn)
 
 
 def get_dispatch_mode(mode: Dispatch | str | DispatchMode | dict) -> DispatchMode:

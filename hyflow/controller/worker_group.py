@@ -24,18 +24,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from hyflow.controller.decorator import (
+    PADDING_SIZE_KEY,
     REGISTER_ATTR,
     Execute,
     MethodSpec,
-    collect_all,
-    collect_first,
+    collect_all_to_all,
+    collect_rank_zero,
     get_dispatch_mode,
 )
 from hyflow.controller.worker import Worker
-from hyflow.protocol import DataProtoFuture
+from hyflow.protocol import DataProto, DataProtoFuture
 
 __all__ = ["ClassWithInitArgs", "GroupFuture", "WorkerGroup"]
 
@@ -87,15 +89,30 @@ class GroupFuture(DataProtoFuture):
         return DataProtoFuture, (self.collect_fn, self.futures, self.dispatch_fn)
 
 
-class _Collect:
-    """A picklable collect step for futures: `collect_fn(outputs, pad_size)` (it must not hold the inputs)."""
+@dataclass(frozen=True)
+class GroupShape:
+    """What a collect function may read of its group once a future travels to another worker: the world size."""
 
-    def __init__(self, collect_fn: Callable[[list, int], Any], pad_size: int) -> None:
+    world_size: int
+
+
+class _Collect:
+    """A picklable collect step: `collect_fn(group, outputs)`, then the padding rows of a DataProto dropped.
+
+    It holds the group's shape, not the group, so a future that travels to other workers does not carry the group's
+    actor handles and placement groups (nor the call's inputs)."""
+
+    def __init__(self, collect_fn: Callable[[Any, list], Any], world_size: int, pad_size: int) -> None:
         self.collect_fn = collect_fn
+        self.group = GroupShape(world_size)
         self.pad_size = pad_size
 
     def __call__(self, outputs: list) -> Any:
-        return self.collect_fn(outputs, self.pad_size)
+        result = self.collect_fn(self.group, outputs)
+        # Results without rows (e.g. only meta_info metrics) carry no padding to drop.
+        if self.pad_size and isinstance(result, DataProto) and len(result) > 0:
+            result = result.unpad(self.pad_size)
+        return result
 
 
 def registered_methods(cls: type) -> dict[str, MethodSpec]:
@@ -165,13 +182,14 @@ class WorkerGroup:
     def _call(self, method_name: str, spec: MethodSpec, args: tuple, kwargs: dict, timeout_s: float | None) -> Any:
         """dispatch → execute on the ranks → (wait) → collect. `timeout=` on a call overrides the group's."""
         mode = get_dispatch_mode(spec.dispatch_mode)
-        sharded = mode.dispatch_fn(self.world_size, *args, **kwargs)
+        args, kwargs = mode.dispatch_fn(self, *args, **kwargs)
+        pad_size = kwargs.pop(PADDING_SIZE_KEY, 0)
         if spec.execute_mode is Execute.RANK_ZERO:
-            handles = [self._submit(0, method_name, *self._rank_args(0, sharded.args, sharded.kwargs))]
-            collect = _Collect(collect_first, 0)
+            handles = [self._submit(0, method_name, *self._rank_args(0, args, kwargs))]
+            collect = _Collect(collect_rank_zero, self.world_size, 0)
         else:
-            handles = self.execute_all_async(method_name, *sharded.args, **sharded.kwargs)
-            collect = _Collect(mode.collect_fn, sharded.pad_size)
+            handles = self.execute_all_async(method_name, *args, **kwargs)
+            collect = _Collect(mode.collect_fn, self.world_size, pad_size)
         if not spec.blocking:
             return self._pending(method_name, handles, collect)
         return collect(self._wait(handles, method_name, timeout_s))
@@ -180,9 +198,9 @@ class WorkerGroup:
         """What a `blocking=False` call returns, as in verl: the handles themselves when the result is per rank (a
         list of Ray ObjectRefs that `ray.get` accepts; rank 0's one ref for rank-zero calls), else a `GroupFuture`
         (a `DataProtoFuture`: `.get()`, or pass it to another group)."""
-        if collect.collect_fn is collect_first:
+        if collect.collect_fn is collect_rank_zero:
             return handles[0]
-        if collect.collect_fn is collect_all:
+        if collect.collect_fn is collect_all_to_all:
             return list(handles)
         return GroupFuture(self, method_name, handles, collect)
 

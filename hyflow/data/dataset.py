@@ -30,6 +30,7 @@ from hyflow import fields as F
 from hyflow.config.data import DataConfig
 from hyflow.data.multimodal import mrope_position_ids, process_prompt, row_images, to_content_parts
 from hyflow.data.schema import RowError, check_row, row_tools
+from hyflow.data.utf8 import invalid_utf8_in_table, read_jsonl_rows
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +45,13 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        rows = pq.read_table(path).to_pylist()
+        table = pq.read_table(path)
+        try:
+            rows = table.to_pylist()
+        except UnicodeDecodeError as err:
+            raise invalid_utf8_in_table(table, path) from err
     elif path.endswith(".jsonl"):
-        import json
-
-        with open(path, encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+        rows = read_jsonl_rows(path)
     else:
         raise ValueError(f"data file {path!r}: use a .parquet (or .jsonl) file in the verl schema.")
     if not rows:

@@ -3,6 +3,10 @@
     engine = AsyncLLMEngine(LLMEngine(path))
     output = await engine.generate(prompt_ids, SamplingParams(max_tokens=64), request_id="agent-3-turn-2")
     await engine.abort("agent-3-turn-2")        # the waiting caller gets its partial output, finish_reason "abort"
+    async for output in engine.stream(prompt_ids, params):   # the output so far after every step, then the final one
+        ...
+
+A caller that is cancelled (a client that disconnected, a timeout) aborts its request in the engine.
 
 The loop runs as an asyncio task on the caller's event loop; each forward step runs in a worker thread so the event
 loop stays free for tool calls and HTTP. Requests are added and aborted only between steps (on the loop), so the
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.engine import LLMEngine
@@ -21,10 +27,21 @@ from hyflow.engine.sequence import RequestOutput
 logger = logging.getLogger(__name__)
 
 
+@dataclass
+class _Stream:
+    """A streaming request's latest output (outputs are cumulative, so a slow reader only skips intermediate ones)."""
+
+    latest: RequestOutput | None = None
+    error: BaseException | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    num_tokens: int = 0  # tokens in `latest`, to publish only outputs that grew
+
+
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self._futures: dict[str, asyncio.Future[RequestOutput]] = {}
+        self._streams: dict[str, _Stream] = {}
         self._wakeup: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_task: asyncio.Task | None = None
@@ -44,6 +61,42 @@ class AsyncLLMEngine:
         self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
     ) -> RequestOutput:
         """Generates for one prompt; returns when it finishes (or is aborted). Bad input raises ValueError."""
+        request_id = await self._add(prompt_token_ids, params, request_id)
+        future = asyncio.get_running_loop().create_future()
+        self._futures[request_id] = future
+        self._wakeup.set()
+        try:
+            return await future
+        except asyncio.CancelledError:  # the caller went away: free the request's slot and blocks now
+            await self._abort_quietly(request_id)
+            raise
+
+    async def stream(
+        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+    ) -> AsyncIterator[RequestOutput]:
+        """Generates for one prompt, yielding its output so far after every step that added tokens (token ids and
+        log-probs, no text, finish_reason None while running), and last the final output (with text). Closing the
+        iterator early (or cancelling its reader) aborts the request."""
+        request_id = await self._add(prompt_token_ids, params, request_id)
+        stream = self._streams[request_id] = _Stream()
+        self._wakeup.set()
+        try:
+            while True:
+                await stream.changed.wait()
+                stream.changed.clear()
+                if stream.error is not None:
+                    raise stream.error
+                output = stream.latest
+                yield output
+                if output.finished:
+                    return
+        finally:
+            if self._streams.pop(request_id, None) is not None:
+                await self._abort_quietly(request_id)
+
+    async def _add(
+        self, prompt_token_ids: list[int], params: SamplingParams | dict | None, request_id: str | None
+    ) -> str:
         if self.engine.tp.size > 1:
             # Requests would reach the ranks of a TP group in different orders, so their schedulers would disagree.
             raise ValueError(
@@ -55,19 +108,40 @@ class AsyncLLMEngine:
         if request_id is None:
             request_id, self._next_id = f"async-{self._next_id}", self._next_id + 1
         async with lock:  # never add while a step runs in the worker thread
-            request_id = self.engine.add_request(prompt_token_ids, params, request_id)
-        future = asyncio.get_running_loop().create_future()
-        self._futures[request_id] = future
-        self._wakeup.set()
-        return await future
+            return self.engine.add_request(prompt_token_ids, params, request_id)
 
     async def abort(self, request_id: str) -> None:
         """Ends a request now; its caller receives the partial output with finish_reason "abort"."""
         async with self._ensure_loop():
             output = self.engine.abort(request_id)
-        future = self._futures.pop(request_id, None)
-        if future is not None and output is not None and not future.done():
+        if output is not None:
+            self._deliver(output)
+
+    async def _abort_quietly(self, request_id: str) -> None:
+        """Aborts a request whose caller is gone, shielded: the abort must happen even while that caller is being
+        cancelled."""
+        self._futures.pop(request_id, None)
+        self._streams.pop(request_id, None)
+        await asyncio.shield(self.abort(request_id))
+
+    def _deliver(self, output: RequestOutput) -> None:
+        """Hands a finished (or aborted) request's output to its waiting caller or stream."""
+        future = self._futures.pop(output.request_id, None)
+        if future is not None and not future.done():
             future.set_result(output)
+        stream = self._streams.pop(output.request_id, None)
+        if stream is not None:
+            stream.latest = output
+            stream.changed.set()
+
+    def _publish_streams(self) -> None:
+        """After a step: the output so far of every streaming request that gained tokens."""
+        for request_id, stream in self._streams.items():
+            output = self.engine.snapshot(request_id)
+            num_tokens = 0 if output is None else sum(len(out.token_ids) for out in output.outputs)
+            if output is not None and num_tokens > stream.num_tokens:
+                stream.latest, stream.num_tokens = output, num_tokens
+                stream.changed.set()
 
     async def _run(self) -> None:
         while True:
@@ -81,9 +155,8 @@ class AsyncLLMEngine:
                         self._fail_all(error)
                         break
                 for output in finished:
-                    future = self._futures.pop(output.request_id, None)
-                    if future is not None and not future.done():
-                        future.set_result(output)
+                    self._deliver(output)
+                self._publish_streams()
                 await asyncio.sleep(0)  # let new requests and aborts in between steps
             self._wakeup.clear()
 
@@ -92,7 +165,12 @@ class AsyncLLMEngine:
             self.engine.abort(request_id)
             if not future.done():
                 future.set_exception(error)
+        for request_id, stream in list(self._streams.items()):
+            self.engine.abort(request_id)
+            stream.error = error
+            stream.changed.set()
         self._futures.clear()
+        self._streams.clear()
 
     async def sleep(self) -> None:
         """Frees the KV cache between steps (see LLMEngine.sleep)."""

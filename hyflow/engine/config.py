@@ -6,6 +6,8 @@ import difflib
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+MAX_TOP_LOG_PROBS = 20  # alternatives per token a request may ask for (OpenAI's limit)
+
 
 def _unknown_key_error(kind: str, key: str, allowed: list[str]) -> ValueError:
     close = difflib.get_close_matches(key, allowed, n=1)
@@ -22,6 +24,8 @@ class SamplingParams:
     `seed` makes the request reproducible on its own, whatever else is in the batch; the `n` samples of one request
     get seeds derived from it. `raw_log_probs=True` also returns the log-prob of each token under the model's
     unmodified distribution (log_softmax of the logits), next to the one of the distribution actually sampled from.
+    `top_log_probs=k` also returns, for every sampled token, the k most likely tokens and their log-probs under the
+    distribution sampled from (the one `log_probs` uses), most likely first (at most MAX_TOP_LOG_PROBS).
     """
 
     n: int = 1
@@ -34,6 +38,7 @@ class SamplingParams:
     ignore_eos: bool = False
     seed: int | None = None
     raw_log_probs: bool = False
+    top_log_probs: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -44,6 +49,7 @@ class SamplingParams:
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1] (1 = off)"),
             ("top_k", self.top_k == -1 or self.top_k >= 0, "must be -1 or 0 (off) or a positive count"),
             ("max_tokens", self.max_tokens >= 1, "must be >= 1"),
+            ("top_log_probs", 0 <= self.top_log_probs <= MAX_TOP_LOG_PROBS, f"must be in [0, {MAX_TOP_LOG_PROBS}]"),
         ]
         for key, ok, rule in checks:
             if not ok:

@@ -33,6 +33,8 @@ class DecodeState:
     log_probs: torch.Tensor  # (B, K) float
     raw_log_probs: torch.Tensor | None  # (B, K) float when `sampling.need_raw`
     rows: torch.Tensor  # (B,) long: 0..B-1
+    top_ids: torch.Tensor | None = None  # (B, K, k) long when `sampling.num_top` = k > 0
+    top_log_probs: torch.Tensor | None = None  # (B, K, k) float
 
     def metadata(self) -> AttentionMetadata:
         """Attention metadata of a step: views of the state, so each step sees the advanced values."""
@@ -55,7 +57,7 @@ def new_decode_state(
     num_steps: int,
 ) -> DecodeState:
     """A state that advances the given tensors in place, with fresh output buffers (the eager path)."""
-    batch, device = input_ids.shape[0], input_ids.device
+    batch, device, top = input_ids.shape[0], input_ids.device, sampling.num_top
     return DecodeState(
         input_ids=input_ids,
         positions=positions,
@@ -68,4 +70,6 @@ def new_decode_state(
         log_probs=torch.zeros(batch, num_steps, dtype=torch.float32, device=device),
         raw_log_probs=torch.zeros(batch, num_steps, dtype=torch.float32, device=device) if sampling.need_raw else None,
         rows=torch.arange(batch, device=device),
+        top_ids=torch.zeros(batch, num_steps, top, dtype=torch.long, device=device) if top else None,
+        top_log_probs=torch.zeros(batch, num_steps, top, dtype=torch.float32, device=device) if top else None,
     )

@@ -28,10 +28,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from hyflow.engine.block_manager import BlockManager
 from hyflow.engine.config import EngineConfig, SamplingParams
-from hyflow.engine.in_flight import InFlight, read_outputs
+from hyflow.engine.in_flight import HostOutputs, InFlight, read_outputs
 from hyflow.engine.kv_cache import num_blocks_for_memory
 from hyflow.engine.model_runner import ModelRunner
 from hyflow.engine.models import load_model
@@ -173,24 +174,23 @@ class LLMEngine:
         batch = launched.batch
         self.last_step_was_prefill, self.last_num_steps = batch.is_prefill, batch.num_steps
         self.in_flight.queue_behind(launched)
-        return self._take_outputs(batch, *read_outputs(launched))
+        return self._take_outputs(batch, read_outputs(launched))
 
-    def _take_outputs(
-        self,
-        batch: ScheduledBatch,
-        tokens: list[list[int]],
-        log_probs: list[list[float]],
-        raw: list[list[float]] | None,
-    ) -> list[RequestOutput]:
+    def _take_outputs(self, batch: ScheduledBatch, outputs: HostOutputs) -> list[RequestOutput]:
         """Appends a step's or window's tokens to its running sequences (skipping those that ended meanwhile);
         returns the requests that finished."""
+        tokens, log_probs, raw, top = outputs
         finished: list[RequestOutput] = []
         for i, seq in enumerate(batch.seqs):
             if seq.status != SequenceStatus.RUNNING:  # stopped in the window before, or aborted
                 continue
             start = seq.num_computed_tokens
             count = batch.step_counts[i] if batch.is_window else 1
-            reason = self._append_tokens(seq, tokens[i][:count], log_probs[i], None if raw is None else raw[i])
+            row_top = None
+            if top is not None and seq.params.top_log_probs:
+                k = seq.params.top_log_probs
+                row_top = [dict(zip(ids[:k], lps[:k])) for ids, lps in zip(top[0][i][:count], top[1][i][:count])]
+            reason = self._append_tokens(seq, tokens[i][:count], log_probs[i], None if raw is None else raw[i], row_top)
             if batch.is_window:
                 self.block_manager.register_filled_blocks(seq, start)
             if reason is None:
@@ -201,22 +201,32 @@ class LLMEngine:
         return finished
 
     def _append_tokens(
-        self, seq: Sequence, tokens: list[int], log_probs: list[float], raw: list[float] | None
+        self,
+        seq: Sequence,
+        tokens: list[int],
+        log_probs: list[float],
+        raw: list[float] | None,
+        top: list[dict[int, float]] | None = None,
     ) -> FinishReason | None:
         """Appends sampled tokens in order until one ends the sequence; returns why it ended, or None."""
         keep_raw = raw is not None and seq.params.raw_log_probs
         if not seq.params.stop:  # no stop strings: every check is on token ids and counts, so take them at once
-            return self._append_token_run(seq, tokens, log_probs, raw if keep_raw else None)
+            return self._append_token_run(seq, tokens, log_probs, raw if keep_raw else None, top)
         for k, token in enumerate(tokens):
             seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
-            seq.append(token, log_probs[k], raw[k] if keep_raw else None)
+            seq.append(token, log_probs[k], raw[k] if keep_raw else None, None if top is None else top[k])
             reason = self._finish_reason(seq)
             if reason is not None:
                 return reason
         return None
 
     def _append_token_run(
-        self, seq: Sequence, tokens: list[int], log_probs: list[float], raw: list[float] | None
+        self,
+        seq: Sequence,
+        tokens: list[int],
+        log_probs: list[float],
+        raw: list[float] | None,
+        top: list[dict[int, float]] | None,
     ) -> FinishReason | None:
         """`_append_tokens` without stop strings, in bulk: the tokens up to the first stop id or the length limit
         (at least one), with the reason the per-token checks would give ("stop" before "length" on one token)."""
@@ -227,7 +237,9 @@ class LLMEngine:
         stop_at = next((k for k, token in enumerate(tokens[:take]) if token in stop_ids), None) if stop_ids else None
         if stop_at is not None:
             take = stop_at + 1
-        seq.extend(tokens[:take], log_probs[:take], None if raw is None else raw[:take])
+        seq.extend(
+            tokens[:take], log_probs[:take], None if raw is None else raw[:take], None if top is None else top[:take]
+        )
         seq.num_computed_tokens = seq.num_tokens - 1  # every token before the newest has its K/V cached
         if stop_at is not None:
             return "stop"
@@ -252,23 +264,34 @@ class LLMEngine:
 
     def _pop_output(self, request_id: str) -> RequestOutput:
         prompt, seqs = self.requests.pop(request_id)
-        outputs = []
-        for seq in seqs:
-            text = self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True) if self.tokenizer else None
-            raw = list(seq.raw_log_probs) if seq.params.raw_log_probs else None
-            outputs.append(
-                CompletionOutput(
-                    seq.sample_index, seq.output_token_ids, list(seq.log_probs), seq.finish_reason, raw, text
-                )
-            )
-        return RequestOutput(request_id, prompt, outputs)
+        return RequestOutput(request_id, prompt, [self._sample_output(seq, decode=True) for seq in seqs])
+
+    def snapshot(self, request_id: str) -> RequestOutput | None:
+        """A running request's output so far (no text; finish_reason None for the samples still running), or None
+        if it is not running. Streaming reads it after every step."""
+        if request_id not in self.requests:
+            return None
+        prompt, seqs = self.requests[request_id]
+        return RequestOutput(request_id, prompt, [self._sample_output(seq, decode=False) for seq in seqs])
+
+    def _sample_output(self, seq: Sequence, decode: bool) -> CompletionOutput:
+        text = None
+        if decode and self.tokenizer is not None:
+            text = self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True)
+        raw = list(seq.raw_log_probs) if seq.params.raw_log_probs else None
+        top = list(seq.top_log_probs) if seq.params.top_log_probs else None
+        return CompletionOutput(
+            seq.sample_index, seq.output_token_ids, list(seq.log_probs), seq.finish_reason, raw, text, top
+        )
 
     def generate(
         self,
         prompts: list[list[int]],
         params: SamplingParams | list[SamplingParams] | None = None,
+        progress: bool = False,
     ) -> list[RequestOutput]:
-        """Batch API: generates for every prompt and returns the outputs in prompt order."""
+        """Batch API: generates for every prompt and returns the outputs in prompt order (`progress`: a tqdm bar
+        of finished prompts on stderr, for long offline runs)."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; give one or one each")
@@ -282,9 +305,11 @@ class LLMEngine:
                 self.abort(request_id)
             raise
         results: dict[str, RequestOutput] = {}
-        while len(results) < len(ids):
-            for output in self.step():
-                results[output.request_id] = output
+        with tqdm(total=len(ids), desc="generating", unit="prompt", disable=not progress) as bar:
+            while len(results) < len(ids):
+                for output in self.step():
+                    results[output.request_id] = output
+                    bar.update(1)
         return [results[i] for i in ids]
 
     # ---- training integration -------------------------------------------------------------------------------

@@ -27,6 +27,14 @@ import torch
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import SequenceStatus
 
+# Per row: tokens (K), log-probs (K), raw log-probs (K) or None; top alternatives ((K, k) ids, log-probs) or None.
+HostOutputs = tuple[
+    list[list[int]],
+    list[list[float]],
+    list[list[float]] | None,
+    tuple[list[list[list[int]]], list[list[list[float]]]] | None,
+]
+
 
 @dataclass
 class LaunchedBatch:
@@ -38,20 +46,27 @@ class LaunchedBatch:
     outputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # (B, K) tokens, log-probs, raw log-probs
     last_tokens: torch.Tensor  # (B,) long, on the device
     ready: torch.cuda.Event | None  # recorded after the copies to the host (CUDA)
+    top: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, K, k) ids and log-probs of the top alternatives
 
 
 def send_columns(
-    batch: ScheduledBatch, tokens: torch.Tensor, log_probs: torch.Tensor, raw: torch.Tensor | None
+    batch: ScheduledBatch,
+    tokens: torch.Tensor,
+    log_probs: torch.Tensor,
+    raw: torch.Tensor | None,
+    top: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> LaunchedBatch:
-    """`send_outputs` for outputs (B, K) given as tensors (a one-step launch passes K = 1)."""
-    views = (tokens, log_probs, raw)
+    """Queues the copy of outputs (B, K) (and top alternatives (B, K, k)) to the host without waiting: on CUDA into
+    pinned memory, with an event recorded behind the copies (a one-step launch passes K = 1)."""
     last_tokens = tokens[:, -1].clone()
-    if not tokens.is_cuda:
-        return LaunchedBatch(batch, tuple(None if view is None else view.clone() for view in views), last_tokens, None)
-    host = tuple(None if view is None else _to_pinned_host(view) for view in views)
-    ready = torch.cuda.Event()
-    ready.record()
-    return LaunchedBatch(batch, host, last_tokens, ready)
+    copy = _to_pinned_host if tokens.is_cuda else torch.Tensor.clone
+    views = tuple(None if view is None else copy(view) for view in (tokens, log_probs, raw))
+    host_top = None if top is None else (copy(top[0]), copy(top[1]))
+    ready = None
+    if tokens.is_cuda:
+        ready = torch.cuda.Event()
+        ready.record()
+    return LaunchedBatch(batch, views, last_tokens, ready, host_top)
 
 
 def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
@@ -59,14 +74,15 @@ def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor, non_blocking=True)
 
 
-def read_outputs(launched: LaunchedBatch) -> tuple[list[list[int]], list[list[float]], list[list[float]] | None]:
-    """The outputs per row (tokens, log-probs, raw log-probs or None), K each; entries past a row's step count are
-    meaningless. The one deliberate host sync of a step or window (the scheduler needs the tokens); it waits for
-    this batch only, not for one queued behind it."""
+def read_outputs(launched: LaunchedBatch) -> HostOutputs:
+    """The outputs per row (tokens, log-probs, raw log-probs or None, top alternatives or None), K each; entries
+    past a row's step count are meaningless. The one deliberate host sync of a step or window (the scheduler needs
+    the tokens); it waits for this batch only, not for one queued behind it."""
     if launched.ready is not None:
         launched.ready.synchronize()
     tokens, log_probs, raw = launched.outputs
-    return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist()
+    top = None if launched.top is None else (launched.top[0].tolist(), launched.top[1].tolist())
+    return tokens.tolist(), log_probs.tolist(), None if raw is None else raw.tolist(), top
 
 
 Launch = Callable[[ScheduledBatch, LaunchedBatch | None], LaunchedBatch]

@@ -21,7 +21,7 @@ from hyflow.engine.in_flight import LaunchedBatch, send_columns
 from hyflow.engine.kv_cache import KVCache
 from hyflow.engine.models.llama import DecoderForCausalLM
 from hyflow.engine.multi_step import decode_step, send_outputs
-from hyflow.engine.sampler import SamplingTensors, sample
+from hyflow.engine.sampler import SamplingTensors, sample, top_alternatives
 from hyflow.engine.scheduler import ScheduledBatch
 from hyflow.engine.sequence import Sequence
 
@@ -145,6 +145,7 @@ def prepare_sampling(seqs: list[Sequence], device: torch.device, pending: list[i
         counters=counters,
         need_filter=any(p.top_k > 0 or p.top_p < 1 for p in params),
         need_raw=any(p.raw_log_probs for p in params),
+        num_top=max(p.top_log_probs for p in params),
     )
 
 
@@ -197,9 +198,13 @@ class ModelRunner:
             logits = self.graphs.replay(input_ids, positions, meta)
         else:
             logits = self.forward(input_ids, positions, meta)
-        tokens, log_probs, raw = sample(logits, prepare_sampling(seqs, self.device))
+        sampling = prepare_sampling(seqs, self.device)
+        tokens, log_probs, raw = sample(logits, sampling)
         column = (None if t is None else t.unsqueeze(1) for t in (tokens, log_probs.float(), raw))
-        return send_columns(batch, *column)
+        top = None
+        if sampling.num_top:
+            top = tuple(t.unsqueeze(1) for t in top_alternatives(logits, sampling))
+        return send_columns(batch, *column, top)
 
     @torch.inference_mode()
     def launch_window(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
@@ -225,7 +230,8 @@ class ModelRunner:
             input_ids = after.last_tokens[_to_device([row_of[seq.seq_id] for seq in seqs], torch.long, self.device)]
         sampling = self._sampling_for_window(seqs, batch.pending)
         steps_left = _to_device([count - 1 for count in batch.step_counts], torch.long, self.device)
-        if self.graphs is not None and self.graphs.fits_window(len(seqs), meta, num_steps):
+        # The window graphs record no top alternatives: a window that asks for them runs eagerly.
+        if self.graphs is not None and not sampling.num_top and self.graphs.fits_window(len(seqs), meta, num_steps):
             state = self.graphs.replay_window(input_ids, positions, meta, sampling, steps_left, num_steps)
         else:
             state = new_decode_state(input_ids, positions, meta, sampling, steps_left, num_steps)

@@ -27,7 +27,7 @@ from hyflow.engine import triton_kernels, triton_step
 from hyflow.engine.attention import AttentionMetadata
 from hyflow.engine.decode_state import DecodeState, Forward
 from hyflow.engine.in_flight import LaunchedBatch, send_columns
-from hyflow.engine.sampler import sample
+from hyflow.engine.sampler import sample, top_alternatives
 from hyflow.engine.scheduler import ScheduledBatch
 
 
@@ -51,7 +51,7 @@ def decode_step(
     without top-k/top-p: the sampler kernel and one kernel for the rest, triton_step.py)."""
     logits = forward(state.input_ids, state.positions, meta)
     st = state.sampling
-    if logits.is_cuda and not st.need_filter and triton_step.available():
+    if logits.is_cuda and not st.need_filter and not st.num_top and triton_step.available():
         partials = triton_kernels.sample_partials(logits, st.temperatures, st.seeds, st.counters)
         triton_step.finish_step(logits, partials, st.temperatures, state, block_size, scratch_slot)
         return
@@ -60,6 +60,10 @@ def decode_step(
     state.log_probs.index_copy_(1, state.step, log_probs.float().unsqueeze(1))
     if raw is not None:
         state.raw_log_probs.index_copy_(1, state.step, raw.float().unsqueeze(1))
+    if state.top_ids is not None:
+        top_ids, top_log_probs = top_alternatives(logits, st)
+        state.top_ids.index_copy_(1, state.step, top_ids.unsqueeze(1))
+        state.top_log_probs.index_copy_(1, state.step, top_log_probs.unsqueeze(1))
     advance(state, tokens, block_size, scratch_slot)
 
 
@@ -68,4 +72,5 @@ def send_outputs(state: DecodeState, batch: ScheduledBatch) -> LaunchedBatch:
     memory): the device buffers, shared by all windows of a CUDA graph, may then be overwritten by the next window."""
     rows, steps = len(batch.seqs), batch.num_steps
     raw = None if state.raw_log_probs is None else state.raw_log_probs[:rows, :steps]
-    return send_columns(batch, state.tokens[:rows, :steps], state.log_probs[:rows, :steps], raw)
+    top = None if state.top_ids is None else (state.top_ids[:rows, :steps], state.top_log_probs[:rows, :steps])
+    return send_columns(batch, state.tokens[:rows, :steps], state.log_probs[:rows, :steps], raw, top)

@@ -5,6 +5,7 @@ For row b with logits z (V,):
     otherwise:               p = softmax(filter_top_k_top_p(z / T)),   token ~ p   (Gumbel-max: argmax log p + g)
     log_prob    = log p[token]               (the distribution actually sampled from; log_softmax(z) when greedy)
     raw_log_prob = log_softmax(z)[token]     (the model's own distribution)
+    top alternatives = topk(log p, k)        (when a row asks for them: `top_alternatives`)
 
 Randomness is counter-based: the Gumbel noise g[v] is a hash of (sequence seed, output token index, v), so a
 sequence draws the same numbers whatever else is in the batch, after a preemption, and on any device. The uniform
@@ -70,23 +71,37 @@ class SamplingTensors:
     counters: torch.Tensor  # (B,) int64: index of the token being sampled within its sequence's output
     need_filter: bool  # any row with top-k or top-p on
     need_raw: bool  # any row asked for raw log-probs
+    num_top: int = 0  # the most top alternatives a row asked for (0: none; rows cut theirs to their own k)
 
 
 def sample(logits: torch.Tensor, st: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(token ids (B,), log-probs under the sampled distribution (B,), raw log-probs (B,) or None)."""
-    if logits.is_cuda and not st.need_filter and triton_kernels.available():
+    if logits.is_cuda and not st.need_filter and not st.num_top and triton_kernels.available():
         return sample_fused(logits, st)
     return sample_torch(logits, st)
+
+
+def _sampled_log_probs(logits: torch.Tensor, st: SamplingTensors) -> torch.Tensor:
+    """log p (B, V) of the distribution each row samples from (after temperature and filtering), float32."""
+    greedy = st.temperatures == 0
+    scaled = logits / torch.where(greedy, 1.0, st.temperatures).unsqueeze(1)
+    if st.need_filter:
+        scaled = filter_top_k_top_p(scaled, st.top_k, st.top_p)
+    return scaled.log_softmax(dim=-1)
+
+
+def top_alternatives(logits: torch.Tensor, st: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `st.num_top` most likely tokens of each row's sampled distribution: ids (B, k) long and log-probs
+    (B, k) float, most likely first."""
+    values, ids = _sampled_log_probs(logits.float(), st).topk(st.num_top, dim=-1)
+    return ids, values
 
 
 def sample_torch(logits: torch.Tensor, st: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """`sample` in PyTorch ops (any device; the reference the fused kernel is tested against)."""
     logits = logits.float()
     greedy = st.temperatures == 0
-    scaled = logits / torch.where(greedy, 1.0, st.temperatures).unsqueeze(1)
-    if st.need_filter:
-        scaled = filter_top_k_top_p(scaled, st.top_k, st.top_p)
-    log_probs = scaled.log_softmax(dim=-1)
+    log_probs = _sampled_log_probs(logits, st)
     sampled = (log_probs + gumbel_noise(st.seeds, st.counters, logits.shape[-1])).argmax(dim=-1)
     tokens = torch.where(greedy, logits.argmax(dim=-1), sampled)
     token_log_probs = log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)

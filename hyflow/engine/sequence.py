@@ -45,6 +45,7 @@ class Sequence:
         self.finish_reason: FinishReason | None = None
         self.log_probs: list[float] = []
         self.raw_log_probs: list[float] = []
+        self.top_log_probs: list[dict[int, float]] = []  # per output token, when params.top_log_probs
 
     def __len__(self) -> int:
         return self.num_tokens
@@ -63,20 +64,28 @@ class Sequence:
     def block_tokens(self, index: int, block_size: int) -> list[int]:
         return self.token_ids[index * block_size : (index + 1) * block_size]
 
-    def append(self, token_id: int, log_prob: float, raw_log_prob: float | None) -> None:
-        self.token_ids.append(token_id)
-        self.num_tokens += 1
-        self.log_probs.append(log_prob)
-        if raw_log_prob is not None:
-            self.raw_log_probs.append(raw_log_prob)
+    def append(
+        self, token_id: int, log_prob: float, raw_log_prob: float | None, top: dict[int, float] | None = None
+    ) -> None:
+        self.extend(
+            [token_id], [log_prob], None if raw_log_prob is None else [raw_log_prob], None if top is None else [top]
+        )
 
-    def extend(self, token_ids: list[int], log_probs: list[float], raw_log_probs: list[float] | None) -> None:
-        """`append` for several tokens at once."""
+    def extend(
+        self,
+        token_ids: list[int],
+        log_probs: list[float],
+        raw_log_probs: list[float] | None,
+        top_log_probs: list[dict[int, float]] | None = None,
+    ) -> None:
+        """Appends sampled tokens with their log-probs (and raw log-probs, top alternatives when asked)."""
         self.token_ids.extend(token_ids)
         self.num_tokens += len(token_ids)
         self.log_probs.extend(log_probs)
         if raw_log_probs is not None:
             self.raw_log_probs.extend(raw_log_probs)
+        if top_log_probs is not None:
+            self.top_log_probs.extend(top_log_probs)
 
     def finish(self, reason: FinishReason) -> None:
         self.status = SequenceStatus.FINISHED
@@ -93,6 +102,8 @@ class CompletionOutput:
     finish_reason: FinishReason | None
     raw_log_probs: list[float] | None = None  # under log_softmax(logits), when SamplingParams.raw_log_probs
     text: str | None = None  # when the engine has a tokenizer
+    # per token, the SamplingParams.top_log_probs most likely tokens -> log-prob (same distribution as log_probs)
+    top_log_probs: list[dict[int, float]] | None = None
 
 
 @dataclass

@@ -18,6 +18,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
+from hyflow.models.folders import check_local_model_folder
 from hyflow.models.multimodal import auto_model_class, value_backbone
 from hyflow.models.value_head import ValueModel
 
@@ -25,23 +26,6 @@ logger = logging.getLogger(__name__)
 
 # transformers 5 renamed `torch_dtype` to `dtype` in from_pretrained / from_config.
 DTYPE_KWARG = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-
-
-def check_local_model_folder(path: str | os.PathLike, key: str = "actor_rollout_ref.model.path") -> str:
-    """Return `path` as a string if it is a local Hugging Face model folder, else raise a `ValueError`."""
-    path = os.path.expanduser(os.fspath(path))
-    if not os.path.isdir(path):
-        raise ValueError(
-            f"{key}={path!r} is not a local folder. hyflow loads models only from local Hugging Face folders and "
-            "downloads nothing; download the checkpoint first (e.g. `huggingface-cli download NAME --local-dir DIR`) "
-            f"and set {key}=DIR, or build a tiny one with hyflow.models.tiny.build_tiny_model(DIR)."
-        )
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise ValueError(
-            f"{key}={path!r} has no config.json, so it is not a Hugging Face model folder; point {key} at the folder "
-            "that holds config.json and the weights (*.safetensors)."
-        )
-    return path
 
 
 def load_tokenizer(

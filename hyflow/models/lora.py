@@ -1,6 +1,7 @@
 """LoRA through `peft`: wrap a causal LM with adapters, and fold adapters back into plain weights.
 
     lm = apply_lora(lm, lora_rank=8, lora_alpha=16, target_modules="all-linear")   # only adapters train
+    lm = load_lora_adapter(lm, "saved/adapter")        # continue from a saved adapter (model.lora_adapter_path)
     with lm.disable_adapter(): ...                                                # the reference policy
     for name, tensor in merged_hf_weights(policy_named_tensors, scaling=16 / 8): ...   # W + s·B·A, HF names
 
@@ -10,8 +11,10 @@ W' = W + (α / r) · B · A, with A (r, in) and B (out, r); B starts at zero so 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,6 +45,35 @@ def apply_lora(
         task_type="CAUSAL_LM",
     )
     return get_peft_model(lm, config)
+
+
+def adapter_settings(adapter_path: str) -> dict[str, Any]:
+    """The LoRA settings of a saved peft adapter folder, under hyflow's `model.*` key names."""
+    from peft import PeftConfig
+
+    try:
+        config = PeftConfig.from_pretrained(os.path.expanduser(adapter_path))
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"model.lora_adapter_path={adapter_path!r} is not a peft adapter folder ({err}). Fix: point it at a "
+            "folder with adapter_config.json and the adapter weights (peft's save_pretrained)."
+        ) from err
+    targets = config.target_modules
+    return {
+        "lora_rank": config.r,
+        "lora_alpha": config.lora_alpha,
+        "target_modules": targets if isinstance(targets, str) else sorted(targets),
+        "exclude_modules": config.exclude_modules
+        if isinstance(config.exclude_modules, str | None)
+        else sorted(config.exclude_modules),
+    }
+
+
+def load_lora_adapter(lm: nn.Module, adapter_path: str) -> nn.Module:
+    """Wrap `lm` in the saved peft adapter at `adapter_path` (as adapter "default", trainable; base frozen)."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(lm, os.path.expanduser(adapter_path), adapter_name=ADAPTER, is_trainable=True)
 
 
 def hf_name(name: str) -> str:

@@ -19,7 +19,7 @@ Resuming checks a complete step's files against its manifest before anything is 
 a damaged latest checkpoint (a truncated shard, a corrupt `.metadata` or `trainer_state.pt`) is skipped with a
 warning naming the file and the fault, and the previous complete one is used; with `resume_path` it is an error.
 
-    manager = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep,
+    manager = StepCheckpoints(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep,
                                 cfg.trainer.max_critic_ckpt_to_keep)
     state = manager.resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path)   # None: start from scratch
     if state is not None:
@@ -56,8 +56,8 @@ __all__ = [
     "RESUME_MODES",
     "TRACKER_FILE",
     "TRAINER_STATE_FILE",
-    "CheckpointManager",
     "DamagedCheckpointError",
+    "StepCheckpoints",
     "TrainerState",
     "find_latest_checkpoint",
     "global_step_of",
@@ -221,7 +221,7 @@ def restore_rng_state(rng_state: dict[str, Any]) -> None:
     torch.set_rng_state(rng_state["torch"])
 
 
-class CheckpointManager:
+class StepCheckpoints:
     """Step folders under `root`, the tracker, resuming and pruning (module docstring).
 
     `max_actor_ckpt_to_keep` / `max_critic_ckpt_to_keep`: how many of the newest `actor/` and `critic/` folders to

@@ -1,32 +1,47 @@
-"""The Hydra entry of PPO/GRPO training, with verl's key names.
+"""The command-line entry of PPO/GRPO training, with verl's key names and Hydra's override syntax.
 
     python -m hyflow.trainer.main_ppo data.train_files=train.parquet actor_rollout_ref.rollout.n=5 ...
     hyflow train data.train_files=train.parquet ...                  (the same)
-    python -m hyflow.trainer.main_ppo --cfg job [key=value ...]      print the composed config
-    python -m hyflow.trainer.main_ppo --help                         Hydra's help, with every key and default
+    hyflow train                                                     the embedded default (no model, no data)
+    python -m hyflow.trainer.main_ppo --cfg job [key=value ...]      check and print the config, run nothing
+    python -m hyflow.trainer.main_ppo --help
 
-The config (Hydra name `ppo_trainer`) is made from the dataclasses in `hyflow.config`. The overrides are checked
-before Hydra composes them (unknown keys get the closest valid key), and the composed config is checked in full
-(types, choices, cross-field rules) before any worker starts; a broken config prints every problem and exits 2.
+One straight line: the overrides are parsed once (`hyflow.config.parse_overrides`, Hydra's grammar), applied to
+the dataclass defaults, converted and finalized (`load_config`); the typed config goes to the trainer. A broken
+command line or config prints every problem at once and exits 2. Without `actor_rollout_ref.model.path` and
+`data.train_files` the run is the embedded default (`hyflow.trainer.embedded_default`).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from collections.abc import Sequence
 
-import hydra
-from omegaconf import DictConfig
-
 from hyflow.config import ConfigError, PPOTrainerConfig, load_config
-from hyflow.config.loading import CONFIG_NAME, prepare_overrides, register_with_hydra
+from hyflow.config.loading import parse_overrides
 
 logger = logging.getLogger(__name__)
 
 EXIT_BAD_CONFIG = 2
 
-register_with_hydra()
+USAGE = """\
+hyflow train (same as python -m hyflow.trainer.main_ppo): PPO/GRPO post-training with verl's config keys.
+
+usage: hyflow train [--cfg job] [key=value ...]
+
+  hyflow train data.train_files=train.parquet data.val_files=test.parquet \\
+      actor_rollout_ref.model.path=/models/qwen algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=5
+  hyflow train                      no model and no data: the embedded default (tiny model, synthetic task)
+
+  key=value      Hydra's override syntax: lists as key=[a,b], a new mapping entry as +key=value, quote a value
+                 holding spaces, = or brackets (key='a b'); ~ starts a path in the home folder
+  --cfg job      check the whole config and print it as the run would use it, then exit
+  -h, --help     this text
+
+Every key, its type, default and meaning: docs/configuration.md (or `--cfg job` for the values of one launch line).
+"""
 
 
 def run_ppo(config: PPOTrainerConfig) -> None:
@@ -36,40 +51,70 @@ def run_ppo(config: PPOTrainerConfig) -> None:
     run(config)
 
 
-@hydra.main(config_path=None, config_name=CONFIG_NAME, version_base=None)
-def _hydra_main(cfg: DictConfig) -> None:
+def _parser() -> argparse.ArgumentParser:
+    usage = "hyflow train [--cfg job] [key=value ...]   (--help for more)"
+    parser = argparse.ArgumentParser(prog="hyflow train", usage=usage, add_help=False)
+    parser.add_argument("-h", "--help", action="store_true")
+    parser.add_argument("--cfg", choices=["job"], help="print the checked config and exit")
+    parser.add_argument("--resolve", action="store_true", help="accepted for Hydra's habit: values are resolved")
+    parser.add_argument("overrides", nargs="*")
+    return parser
+
+
+def load_command_line(overrides: Sequence[str], build: bool = True) -> PPOTrainerConfig:
+    """The checked config of a command line's overrides; the embedded default's settings go first when the line
+    names neither a model nor training data (its model and data are built first when `build`; without, and before
+    they exist, the file checks are left out). Raises one ConfigError with every problem."""
+    from hyflow.trainer import embedded_default
+
+    problems: list[str] = []
+    parsed = parse_overrides(overrides, problems)
+    check_files = True
+    if not problems and embedded_default.is_wanted(parsed):
+        parsed = [*parse_overrides(embedded_default.overrides(build=build)), *parsed]
+        check_files = build or embedded_default.is_built()
+        if not check_files:
+            logger.warning(
+                "config: the embedded default's model and data are built by the first run, under %s; "
+                "the file checks wait for it.",
+                embedded_default.home(),
+            )
     try:
-        config = load_config(cfg)
+        config = load_config(parsed, check_files=check_files)
     except ConfigError as err:
-        print(f"hyflow: {err}", file=sys.stderr)
-        sys.exit(EXIT_BAD_CONFIG)
-    logger.info("config is valid: %s", config.trainer.experiment_name)
-    run_ppo(config)
+        raise ConfigError([*problems, *err.problems]) from err
+    if problems:
+        raise ConfigError(problems)
+    return config
 
 
-def _check_command_line(args: list[str]) -> list[str]:
-    """Hydra's flags unchanged, and the overrides after `prepare_overrides` (raises ConfigError)."""
-    from hydra._internal.utils import get_args_parser
+def _print_config(config: PPOTrainerConfig) -> None:
+    from omegaconf import OmegaConf
 
-    try:
-        overrides = get_args_parser().parse_args(args).overrides
-    except SystemExit:  # a malformed Hydra flag: let Hydra itself report it
-        return args
-    flags = [arg for arg in args if arg not in overrides]
-    return [*flags, *prepare_overrides(overrides)]
+    from hyflow.config.convert import to_plain_dict
+
+    print(OmegaConf.to_yaml(to_plain_dict(config)), end="")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the Hydra app on `argv` (default: the process's arguments); the entry of `hyflow train`."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Parse, check and run (or print) the config of `argv` (default: the process's arguments); the entry of
+    `hyflow train`."""
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.help:
+        print(USAGE, end="")
+        return 0
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     try:
-        args = _check_command_line(args)
+        config = load_command_line(args.overrides, build=not args.cfg)
     except ConfigError as err:
         print(f"hyflow: {err}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    program = sys.argv[0] if sys.argv and sys.argv[0] else "hyflow.trainer.main_ppo"
-    sys.argv = [program, *args]  # Hydra reads its arguments from sys.argv
-    _hydra_main()
+    if args.cfg:
+        _print_config(config)
+        return 0
+    logger.info("config is valid: %s", config.trainer.experiment_name)
+    run_ppo(config)
     return 0
 
 

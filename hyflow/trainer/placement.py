@@ -1,6 +1,6 @@
 """Placement: which roles run, in which worker processes, on which devices; builds their worker groups.
 
-    groups = build_worker_groups(config)            # after hyflow.config validation
+    groups = build_worker_groups(config)            # config from hyflow.config.load_config (checked)
     groups.actor_rollout.generate_sequences(batch)  # actor + rollout (+ ref) in one process per device
     groups.critic.compute_values(batch)             # same processes (colocated), when there is a critic
     groups.shutdown()
@@ -27,7 +27,7 @@ from typing import Any
 import torch.distributed as dist
 
 from hyflow.config import PPOTrainerConfig
-from hyflow.config.validation import data_parallel_size
+from hyflow.config.checks import data_parallel_size
 from hyflow.controller import ClassWithInitArgs, LocalWorkerGroup, WorkerGroup, create_colocated_worker_cls
 from hyflow.controller.worker_group import ROLE_SEPARATOR
 
@@ -37,7 +37,6 @@ __all__ = [
     "REWARD_MODEL",
     "WorkerGroups",
     "build_worker_groups",
-    "check_placement",
     "role_classes",
 ]
 
@@ -70,10 +69,10 @@ class WorkerGroups:
     def rollout_servers(self) -> list[Any]:
         """One async generation server per rollout worker, for the agent loops: the engine in this process on the
         local backend, each worker's async `generate_request` reached through Ray on the Ray backend."""
-        from hyflow.agent.server import EngineServer, WorkerServer
+        from hyflow.agent.server import LocalEngineServer, WorkerServer
 
         if isinstance(self._fused, LocalWorkerGroup):
-            return [EngineServer(self.local_role(ACTOR_ROLLOUT).rollout)]
+            return [LocalEngineServer(self.local_role(ACTOR_ROLLOUT).rollout)]
         method = f"{ACTOR_ROLLOUT}{ROLE_SEPARATOR}generate_request"  # the colocated worker's forwarding method
         group = self._fused
         return [
@@ -90,23 +89,6 @@ class WorkerGroups:
                 self._pool.remove()
         elif self.backend == "local" and self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def check_placement(config: PPOTrainerConfig, has_validation: bool) -> None:
-    """ValueError for settings this placement cannot run, before any worker starts."""
-    trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
-    if trainer.val_only and not has_validation:
-        raise ValueError(
-            "trainer.val_only=True validates without training, but data.val_files is not set. "
-            "Fix: set data.val_files, or trainer.val_only=False."
-        )
-    if not rollout.multi_turn.enable:
-        return
-    if not config.data.return_raw_chat:
-        raise ValueError(
-            "actor_rollout_ref.rollout.multi_turn.enable=True: agent loops read the chat messages, so "
-            "data.return_raw_chat must be True (it is False). Fix: set data.return_raw_chat=True."
-        )
 
 
 def role_classes(config: PPOTrainerConfig) -> dict[str, ClassWithInitArgs]:

@@ -21,6 +21,7 @@ import torch
 from hyflow import fields as F
 from hyflow.algorithms import apply_kl_penalty_to_rewards, get_adv_estimator_fn
 from hyflow.algorithms.kl import AdaptiveKLController, FixedKLController
+from hyflow.algorithms.pf_ppo import pf_ppo_sample_indices
 from hyflow.protocol import DataProto
 
 __all__ = ["apply_kl_penalty", "compute_advantage", "compute_response_mask"]
@@ -138,3 +139,9 @@ def compute_advantage(
     data.batch[F.ADVANTAGES] = advantages
     data.batch[F.RETURNS] = returns
     return data
+
+
+def pf_ppo_resample(data: DataProto, reweight_method: str, weight_pow: float) -> DataProto:
+    """PF-PPO: the batch resampled by reward (`hyflow.algorithms.pf_ppo`), rows drawn with replacement."""
+    scores = _require(data, F.TOKEN_LEVEL_SCORES, "algorithm.use_pf_ppo=True").sum(dim=-1)
+    return data[pf_ppo_sample_indices(scores, reweight_method, weight_pow)]

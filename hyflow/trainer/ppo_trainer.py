@@ -5,8 +5,9 @@
 
 One step (`train_step`), each stage timed (`timing_s/<stage>`):
 
-    prompts ─ uid per prompt, repeat rollout.n ─ gen (engine or agent loop) ─ reward ─ old_log_prob ─ ref
-      ─ values ─ KL in reward (or scores as rewards) ─ adv ─ update_critic ─ update_actor ─ metrics
+    prompts ─ uid per prompt, repeat rollout.n ─ gen (engine or agent loop) ─ reward ─ old_log_prob
+      ─ rollout_correction ─ ref ─ values ─ KL in reward (or scores as rewards) ─ adv ─ update_critic
+      ─ update_actor ─ metrics
 
 The old_log_prob stage is skipped when the update is exactly on-policy (one optimizer step per batch and nothing
 else reading the old log-probs, `PPOTrainerConfig.recompute_old_log_prob`): the update then takes them from its
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hyflow import fields as F
 from hyflow.algorithms import get_kl_controller
@@ -39,9 +41,9 @@ from hyflow.data.dataset import RLHFDataset
 from hyflow.data.sampler import build_dataloader
 from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
-from hyflow.trainer import stages
+from hyflow.trainer import off_policy, stages
 from hyflow.trainer.balance import balance_batch
-from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, CheckpointManager, restore_rng_state
+from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.flops import compute_mfu_metrics, device_peak_flops
 from hyflow.trainer.metrics import (
@@ -51,8 +53,8 @@ from hyflow.trainer.metrics import (
     reduce_metrics,
     timer,
 )
-from hyflow.trainer.placement import WorkerGroups, build_worker_groups, check_placement
-from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask
+from hyflow.trainer.placement import WorkerGroups, build_worker_groups
+from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask, pf_ppo_resample
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.tracking import Tracking
 
@@ -71,6 +73,16 @@ def run(config: PPOTrainerConfig) -> dict[str, float]:
         trainer.close()
 
 
+def _tokenizer_sources(config: PPOTrainerConfig) -> list[tuple[str, str | None]]:
+    """Where the trainer's tokenizer comes from, first set wins, with the key each path came from."""
+    model = config.actor_rollout_ref.model
+    return [
+        ("data.tokenizer", config.data.tokenizer),
+        ("actor_rollout_ref.model.tokenizer_path", model.tokenizer_path),
+        ("actor_rollout_ref.model.path", model.path),
+    ]
+
+
 class PPOTrainer:
     """Builds data, rewards and trackers from the config (checking them before any worker starts), then drives
     the worker groups. `fit()` returns the metrics of the last step (validation included)."""
@@ -80,13 +92,16 @@ class PPOTrainer:
 
         self.config = config
         model = config.actor_rollout_ref.model
-        tokenizer_path = config.data.tokenizer or model.tokenizer_path or model.path
+        key, tokenizer_path = next(
+            ((key, path) for key, path in _tokenizer_sources(config) if path is not None), ("", None)
+        )
         if tokenizer is None and tokenizer_path is None:
             raise ValueError(
-                "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder "
-                "(or run `hyflow demo`, which builds a tiny model and trains it)."
+                "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder (or leave out both "
+                "the model and data.train_files for the embedded default, which builds a tiny model and trains it)."
             )
-        self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=model.trust_remote_code)
+        trust = model.trust_remote_code
+        self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=trust, key=key)
         self.processor = self._processor()
         self.train_loader = build_dataloader(self._dataset(config.data.train_files, "train"), config.data, train=True)
         self.total_training_steps = self._total_training_steps()
@@ -100,7 +115,7 @@ class PPOTrainer:
             rollout_n, prompts = config.actor_rollout_ref.rollout.n, config.data.train_batch_size
             self.group_filter = GroupFilter(filter_groups.metric, prompts, rollout_n, filter_groups.max_num_gen_batches)
         trainer = config.trainer
-        self.checkpoints = CheckpointManager(
+        self.checkpoints = StepCheckpoints(
             trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep
         )
         self.checkpoints.ensure_writable()  # a bad default_local_dir fails now, not at the first save
@@ -109,7 +124,6 @@ class PPOTrainer:
             val_loader = build_dataloader(self._dataset(config.data.val_files, "val"), config.data, train=False)
             val_reward_fn = load_reward_manager(config, self.tokenizer, num_examine=1)
             self.validator = Validator(config, self.tokenizer, val_loader, val_reward_fn)
-        check_placement(config, has_validation=self.validator is not None)
         self.workers: WorkerGroups | None = None
         self.agent_manager: Any = None
         self.tracking: Tracking | None = None
@@ -182,17 +196,18 @@ class PPOTrainer:
             logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
             return metrics
         progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
-        for epoch, batch, timing, started in self._training_batches():
-            self.global_step += 1
-            batch, metrics = self.train_step(batch, timing)
-            metrics.update(self._validate_if_due(timing))
-            timing["step"] = time.perf_counter() - started
-            metrics.update(self._step_metrics(batch, timing, epoch))
-            self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
-            self._save_if_due()
-            progress.update(1)
-            if self.global_step >= self.total_training_steps:
-                break
+        with logging_redirect_tqdm():  # log lines, like the console table, print above the bar, never onto it
+            for epoch, batch, timing, started in self._training_batches():
+                self.global_step += 1
+                batch, metrics = self.train_step(batch, timing)
+                metrics.update(self._validate_if_due(timing))
+                timing["step"] = time.perf_counter() - started
+                metrics.update(self._step_metrics(batch, timing, epoch))
+                self.tracking.log(metrics, step=self.global_step)  # before the checkpoint (module docstring)
+                self._save_if_due()
+                progress.update(1)
+                if self.global_step >= self.total_training_steps:
+                    break
         progress.close()
         return metrics
 
@@ -275,6 +290,8 @@ class PPOTrainer:
             with timer("old_log_prob", timing):
                 batch = self._old_log_probs(batch, metrics)
         batch = stages.drop_rollout_log_probs(batch, keep=config.actor_rollout_ref.rollout.calculate_log_probs)
+        batch, correction_metrics = off_policy.correct(batch, config.algorithm.rollout_correction)
+        metrics.update(correction_metrics)  # rollout_corr/* (decoupled mode)
         if config.use_reference_policy:
             with timer("ref", timing):
                 batch = batch.union(self.workers.actor_rollout.compute_ref_log_prob(batch))
@@ -288,7 +305,6 @@ class PPOTrainer:
             with timer("update_critic", timing):
                 metrics.update(reduce_metrics(self.workers.critic.update_critic(batch).meta_info[F.METRICS]))
         if self.global_step > config.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
-            batch.meta_info[F.TEMPERATURE] = config.actor_rollout_ref.rollout.temperature
             batch.meta_info[F.GLOBAL_STEPS] = self.global_step
             with timer("update_actor", timing):
                 metrics.update(reduce_metrics(self.workers.actor_rollout.update_actor(batch).meta_info[F.METRICS]))
@@ -334,7 +350,7 @@ class PPOTrainer:
             metrics.update({name: float(value) for name, value in kl_metrics.items()})
         else:
             batch.batch[F.TOKEN_LEVEL_REWARDS] = batch.batch[F.TOKEN_LEVEL_SCORES]
-        return compute_advantage(
+        batch = compute_advantage(
             batch,
             adv_estimator=algorithm.adv_estimator,
             gamma=algorithm.gamma,
@@ -343,6 +359,9 @@ class PPOTrainer:
             norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
             config=algorithm,
         )
+        if algorithm.use_pf_ppo and algorithm.adv_estimator == "gae":  # verl applies PF-PPO with GAE only
+            batch = pf_ppo_resample(batch, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
+        return batch
 
     # ---- after the update -------------------------------------------------------------------------------
     def _validate_if_due(self, timing: dict[str, float]) -> dict[str, float]:
@@ -355,9 +374,9 @@ class PPOTrainer:
             return self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
 
     def _save_if_due(self) -> None:
-        """A checkpoint every `trainer.save_freq` steps and at the last step."""
+        """A checkpoint every `trainer.save_freq` steps and at the last step; none with save_freq=-1 (as in verl)."""
         trainer, step = self.config.trainer, self.global_step
-        if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or step >= self.total_training_steps:
+        if trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= self.total_training_steps):
             started = time.perf_counter()
             self.save_checkpoint()
             logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from hyflow import fields as F
 from hyflow.algorithms import agg_loss
@@ -40,11 +42,10 @@ from hyflow.data.sft_dataset import LOSS_MASK, SFTDataset, collate_sft
 from hyflow.models.lora import merged_hf_weights
 from hyflow.models.multimodal import auto_model_class
 from hyflow.models.processor import copy_processor_files, load_processor
-from hyflow.trainer.checkpoint_manager import ACTOR_DIR
-from hyflow.trainer.checkpoint_manager import CheckpointManager as StepCheckpoints
+from hyflow.trainer.checkpoint_manager import ACTOR_DIR, StepCheckpoints
 from hyflow.trainer.tracking import Tracking
 from hyflow.workers import builders
-from hyflow.workers.checkpoint import CheckpointManager as ShardCheckpoint
+from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.fsdp import build_device_mesh, is_distributed, iter_full_state, reshard, training_device
 from hyflow.workers.micro_batch_loop import warn_about_skipped_steps
 from hyflow.workers.optim import clip_grad_norm_and_step
@@ -84,7 +85,8 @@ class SFTTrainer:
     """Builds the data, model and optimizer from an `SFTConfig`; `fit()` trains, validates and saves."""
 
     def __init__(self, config: SFTConfig) -> None:
-        self.config = config
+        # LoRA from a saved adapter (model.lora_adapter_path) takes the adapter's rank, alpha and targets
+        self.config = config = dataclasses.replace(config, model=builders.with_adapter_settings(config.model))
         _check_device(config.trainer.device)
         init_distributed_from_env()
         self.rank = dist.get_rank() if is_distributed() else 0
@@ -93,9 +95,9 @@ class SFTTrainer:
         torch.manual_seed(config.trainer.seed)
         model_config = config.model
         builders.import_external_lib(model_config)
-        path = builders.model_path(model_config, "model.path")
+        path = builders.model_path(model_config, "model")
         self.model_path = path  # its processor files travel into checkpoints (vision-language models)
-        self.tokenizer = builders.tokenizer_for(model_config, path, "model.tokenizer_path")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "model")
         if model_config.custom_chat_template:
             self.tokenizer.chat_template = model_config.custom_chat_template
         self._build_data()
@@ -107,7 +109,7 @@ class SFTTrainer:
         optim_config = dataclasses.replace(config.optim, total_training_steps=self.total_steps)
         self.optimizer, self.lr_scheduler = builders.build_optimizer_and_scheduler(self.module, optim_config)
         checkpoint = config.checkpoint
-        self.shards = ShardCheckpoint(
+        self.shards = ShardCheckpointer(
             self.module, self.optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
         )
         self.global_step = 0
@@ -232,27 +234,33 @@ class SFTTrainer:
                 trainer.project_name, trainer.experiment_name, trainer.logger, self.config, trainer.log_dir
             )
         history: list[dict[str, float]] = []
-        while self.global_step < self.total_steps:
-            start = time.perf_counter()
-            metrics = self.train_step(self.train_batch(self.global_step))
-            self.global_step += 1
-            step, last = self.global_step, self.global_step == self.total_steps
-            if self.val_set is not None and (last or (trainer.test_freq > 0 and step % trainer.test_freq == 0)):
-                metrics.update(self.validate())
-            values = {name: float(value) for name, value in metrics.items()}  # host sync: once per step
-            warn_about_skipped_steps([values["train/num_skipped_steps"]], "train")
-            values["timing_s/step"] = time.perf_counter() - start
-            values["train/epoch"] = (step - 1) // self.steps_per_epoch
-            history.append(values)
-            if tracking is not None:
-                tracking.log(values, step)
-            stop = bool(on_step(step, values)) if on_step is not None else False
-            last = last or stop
-            if trainer.save_freq != 0 and (last or (trainer.save_freq > 0 and step % trainer.save_freq == 0)):
-                self.save_checkpoint()
-            if stop:
-                logger.info("SFT stopped early at step %d of %d", step, self.total_steps)
-                break
+        progress = tqdm(
+            total=self.total_steps, initial=self.global_step, desc="sft", unit="step", disable=self.rank != 0
+        )
+        with logging_redirect_tqdm():  # log lines print above the bar, never onto it
+            while self.global_step < self.total_steps:
+                start = time.perf_counter()
+                metrics = self.train_step(self.train_batch(self.global_step))
+                self.global_step += 1
+                step, last = self.global_step, self.global_step == self.total_steps
+                if self.val_set is not None and (last or (trainer.test_freq > 0 and step % trainer.test_freq == 0)):
+                    metrics.update(self.validate())
+                values = {name: float(value) for name, value in metrics.items()}  # host sync: once per step
+                warn_about_skipped_steps([values["train/num_skipped_steps"]], "train")
+                values["timing_s/step"] = time.perf_counter() - start
+                values["train/epoch"] = (step - 1) // self.steps_per_epoch
+                history.append(values)
+                if tracking is not None:
+                    tracking.log(values, step)
+                progress.update(1)
+                stop = bool(on_step(step, values)) if on_step is not None else False
+                last = last or stop
+                if trainer.save_freq != 0 and (last or (trainer.save_freq > 0 and step % trainer.save_freq == 0)):
+                    self.save_checkpoint()
+                if stop:
+                    logger.info("SFT stopped early at step %d of %d", step, self.total_steps)
+                    break
+        progress.close()
         if trainer.save_hf_model:
             self.save_hf_model(os.path.join(trainer.default_local_dir, HF_DIR))
         if tracking is not None:

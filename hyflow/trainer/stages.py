@@ -172,6 +172,11 @@ def drop_rollout_log_probs(batch: DataProto, keep: bool) -> DataProto:
 def skipped_old_log_prob_message(config: Any) -> str:
     """Why the trainer skips the old-log-prob pass (logged once, when it does)."""
     actor = config.actor_rollout_ref.actor
+    if config.algorithm.rollout_correction.bypass_mode:
+        return (
+            "skipping the old-log-prob pass (algorithm.rollout_correction.bypass_mode=True): old_log_probs are the "
+            "engine's rollout_log_probs, so PPO's ratio is taken against the policy that sampled the tokens."
+        )
     return (
         f"skipping the old-log-prob pass (actor_rollout_ref.actor.recompute_old_log_prob="
         f"{actor.recompute_old_log_prob}): each batch gets one optimizer step (ppo_epochs={actor.ppo_epochs}, "

@@ -5,14 +5,21 @@
     tracking.log_generations([("1+2=", "3", 1.0)], step=3)
     tracking.finish()
 
-Loggers:
-- `console`: an aligned table of the metrics on stdout, one block per step;
-- `file`: JSONL, one line `{"step": N, "data": {...}}` per step, at `<log_dir>/metrics.jsonl`;
+Loggers (`log_dir` defaults to `logs/<project>/<experiment>`, relative to the working folder):
+- `console`: an aligned table of the metrics on stdout, one block per step, written through tqdm so that it never
+  glues onto a progress bar;
+- `file`: JSONL, one line `{"step": N, "data": {...}}` per step, at `<log_dir>/metrics.jsonl` (generations:
+  `{"step", "input", "output", "score"}` lines in `generations.jsonl`). A new run never appends to an old run's
+  file: an existing one is renamed `metrics.<its time>.jsonl` first, with a warning;
 - `tensorboard`: `torch.utils.tensorboard` event files under `<log_dir>/tensorboard` (`pip install tensorboard`);
-- `wandb`: Weights & Biases, offline (files under `<log_dir>`) unless `WANDB_API_KEY` or `WANDB_MODE` is set;
-- `mlflow`: a local file store at `<log_dir>/mlruns` unless `MLFLOW_TRACKING_URI` is set;
+- `wandb`: Weights & Biases, offline (files under `<log_dir>/wandb`) unless `WANDB_API_KEY` or `WANDB_MODE` is set;
+- `mlflow`: a local SQLite store `<log_dir>/mlflow.db` (artifacts in `<log_dir>/mlartifacts`) unless
+  `MLFLOW_TRACKING_URI` is set; metric names are made legal and collision-free for every MLflow store;
 - `swanlab`: SwanLab, local mode unless `SWANLAB_API_KEY` or `SWANLAB_MODE` is set.
-The last four import their package only when selected, and say which package to install when it is missing.
+The last four import their package only when selected, and say which package to install when it is missing (the
+`loggers` extra pins versions that work). A missing package is an error when `Tracking` is built, before any
+compute is spent; a logger that fails later (a full disk, a tracker that raises) is reported once and disabled, and
+training goes on with the others.
 
 `dump_generations` writes one step's generations to `<trainer.rollout_data_dir>/<step>.jsonl`.
 """
@@ -20,36 +27,25 @@ The last four import their package only when selected, and say which package to 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import math
 import os
-import re
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-__all__ = ["LOGGERS", "Tracking", "dump_generations"]
+from hyflow.trainer.trackers import Generation, MlflowLogger, SwanlabLogger, TensorboardLogger, WandbLogger
+
+__all__ = ["LOGGERS", "ConsoleLogger", "FileLogger", "Tracking", "dump_generations"]
 
 logger = logging.getLogger(__name__)
-
-Generation = tuple[str, str, float]  # (input, output, score)
-
-
-def _import_optional(module: str, package: str, logger_name: str) -> Any:
-    """Import `module`, or raise an ImportError that names the pip package and the config key."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        raise ImportError(
-            f"trainer.logger includes '{logger_name}', which needs the '{package}' package: pip install {package} "
-            f"(or remove '{logger_name}' from trainer.logger)."
-        ) from error
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
@@ -63,18 +59,6 @@ def _config_dict(config: Any) -> dict[str, Any]:
 
         return OmegaConf.to_container(config, resolve=True)
     return dict(config)
-
-
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} → {"a.b": 1}, for trackers whose parameters are flat."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _to_floats(data: Mapping[str, Any]) -> dict[str, float]:
@@ -107,8 +91,15 @@ class ConsoleLogger:
         self.stream = stream
         self.width = width
 
+    def _write(self, text: str) -> None:
+        """To the given stream; to stdout through `tqdm.write`, which clears and redraws any progress bar."""
+        if self.stream is not None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        else:
+            tqdm.write(text, file=sys.stdout)
+
     def log(self, data: dict[str, float], step: int) -> None:
-        stream = self.stream or sys.stdout
         cells = [(key, _format_value(value)) for key, value in data.items()]
         key_width = min(max((len(key) for key, _ in cells), default=0), 48)
         value_width = max((len(text) for _, text in cells), default=0)
@@ -118,27 +109,44 @@ class ConsoleLogger:
         for start in range(0, len(cells), columns):
             row = cells[start : start + columns]
             lines.append("   ".join(f"{key:<{key_width}} {text:>{value_width}}" for key, text in row).rstrip())
-        stream.write("\n".join(lines) + "\n")
-        stream.flush()
+        self._write("\n".join(lines))
 
     def log_generations(self, samples: Sequence[Generation], step: int) -> None:
-        stream = self.stream or sys.stdout
         for prompt, output, score in samples:
-            stream.write(f"[step {step}] score={_format_value(score)}\n  input: {prompt!r}\n  output: {output!r}\n")
-        stream.flush()
+            self._write(f"[step {step}] score={_format_value(score)}\n  input: {prompt!r}\n  output: {output!r}")
 
     def finish(self) -> None:
         """Nothing to close."""
 
 
+def _set_aside(path: Path) -> None:
+    """Rename an earlier run's `path` to `<stem>.<its modification time><suffix>`, so that nothing appends to it."""
+    if not path.exists():
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+    target = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+    counter = 1
+    while target.exists():
+        target = path.with_name(f"{path.stem}.{stamp}-{counter}{path.suffix}")
+        counter += 1
+    path.rename(target)
+    logger.warning("%s held an earlier run's records: moved to %s; this run writes a new %s", path, target, path.name)
+
+
 class FileLogger:
-    """Appends `{"step": N, "data": {...}}` lines to `<log_dir>/metrics.jsonl` (generations to generations.jsonl)."""
+    """Writes `{"step": N, "data": {...}}` lines to `<log_dir>/metrics.jsonl` (generations to generations.jsonl).
+
+    An earlier run's files in the same folder (the same project and experiment name) are renamed first.
+    """
 
     def __init__(self, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.path = log_dir / "metrics.jsonl"
         self.generations_path = log_dir / "generations.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+        for path in (self.path, self.generations_path):
+            _set_aside(path)
+        self._file = self.path.open("w", encoding="utf-8")
+        logger.info("file logger: metrics go to %s", self.path)
 
     def log(self, data: dict[str, float], step: int) -> None:
         self._file.write(json.dumps({"step": step, "data": data}) + "\n")
@@ -151,103 +159,6 @@ class FileLogger:
 
     def finish(self) -> None:
         self._file.close()
-
-
-class TensorboardLogger:
-    """Scalars and generation text to TensorBoard event files under `<log_dir>/tensorboard`."""
-
-    def __init__(self, log_dir: Path) -> None:
-        _import_optional("tensorboard", "tensorboard", "tensorboard")
-        summary = importlib.import_module("torch.utils.tensorboard")
-        self.writer = summary.SummaryWriter(log_dir=str(log_dir / "tensorboard"))
-
-    def log(self, data: dict[str, float], step: int) -> None:
-        for key, value in data.items():
-            self.writer.add_scalar(key, value, global_step=step)
-        self.writer.flush()
-
-    def log_generations(self, samples: Sequence[Generation], step: int) -> None:
-        text = "\n\n".join(f"**score {score}**\n\n{prompt}\n\n{output}" for prompt, output, score in samples)
-        self.writer.add_text("generations", text, global_step=step)
-
-    def finish(self) -> None:
-        self.writer.close()
-
-
-class WandbLogger:
-    """Weights & Biases; offline unless an API key (`WANDB_API_KEY`) or an explicit `WANDB_MODE` is set."""
-
-    def __init__(self, project: str, experiment: str, config: dict[str, Any], log_dir: Path) -> None:
-        self.wandb = _import_optional("wandb", "wandb", "wandb")
-        mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.run = self.wandb.init(project=project, name=experiment, config=config, mode=mode, dir=str(log_dir))
-
-    def log(self, data: dict[str, float], step: int) -> None:
-        self.run.log(data, step=step)
-
-    def log_generations(self, samples: Sequence[Generation], step: int) -> None:
-        table = self.wandb.Table(columns=["input", "output", "score"], data=[list(s) for s in samples])
-        self.run.log({"generations": table}, step=step)
-
-    def finish(self) -> None:
-        self.run.finish()
-
-
-_MLFLOW_BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-. /:]")
-
-
-class MlflowLogger:
-    """MLflow; a local file store under `<log_dir>/mlruns` unless `MLFLOW_TRACKING_URI` is set.
-
-    MLflow metric names allow letters, digits and `_-. /:` only, so `@` becomes `_at_` (`mean@4` → `mean_at_4`)
-    and other characters become `_`.
-    """
-
-    def __init__(self, project: str, experiment: str, config: dict[str, Any], log_dir: Path) -> None:
-        self.mlflow = _import_optional("mlflow", "mlflow", "mlflow")
-        if not os.environ.get("MLFLOW_TRACKING_URI"):
-            self.mlflow.set_tracking_uri((log_dir / "mlruns").resolve().as_uri())
-        self.mlflow.set_experiment(project)
-        self.mlflow.start_run(run_name=experiment)
-        params = {key: str(value)[:500] for key, value in _flatten(config).items()}
-        if params:
-            self.mlflow.log_params(params)
-
-    @staticmethod
-    def metric_name(key: str) -> str:
-        return _MLFLOW_BAD_CHARS.sub("_", key.replace("@", "_at_"))
-
-    def log(self, data: dict[str, float], step: int) -> None:
-        self.mlflow.log_metrics({self.metric_name(k): v for k, v in data.items()}, step=step)
-
-    def log_generations(self, samples: Sequence[Generation], step: int) -> None:
-        lines = [json.dumps({"input": p, "output": o, "score": s}) for p, o, s in samples]
-        self.mlflow.log_text("\n".join(lines), f"generations/step_{step}.jsonl")
-
-    def finish(self) -> None:
-        self.mlflow.end_run()
-
-
-class SwanlabLogger:
-    """SwanLab; local mode (files under `<log_dir>/swanlog`) unless `SWANLAB_API_KEY` or `SWANLAB_MODE` is set."""
-
-    def __init__(self, project: str, experiment: str, config: dict[str, Any], log_dir: Path) -> None:
-        self.swanlab = _import_optional("swanlab", "swanlab", "swanlab")
-        mode = os.environ.get("SWANLAB_MODE") or ("cloud" if os.environ.get("SWANLAB_API_KEY") else "local")
-        logdir = log_dir / "swanlog"
-        logdir.mkdir(parents=True, exist_ok=True)
-        self.swanlab.init(project=project, experiment_name=experiment, config=config, logdir=str(logdir), mode=mode)
-
-    def log(self, data: dict[str, float], step: int) -> None:
-        self.swanlab.log(data, step=step)
-
-    def log_generations(self, samples: Sequence[Generation], step: int) -> None:
-        text = "\n\n".join(f"score {score}\n{prompt}\n{output}" for prompt, output, score in samples)
-        self.swanlab.log({"generations": self.swanlab.Text(text)}, step=step)
-
-    def finish(self) -> None:
-        self.swanlab.finish()
 
 
 LOGGERS = ("console", "file", "tensorboard", "wandb", "mlflow", "swanlab")
@@ -278,7 +189,12 @@ class Tracking:
         config_dict = _config_dict(config)
         self.loggers: dict[str, Any] = {}
         for name in dict.fromkeys(names):
-            self.loggers[name] = self._build(name, project_name, experiment_name, config_dict, stream)
+            try:
+                self.loggers[name] = self._build(name, project_name, experiment_name, config_dict, stream)
+            except ImportError:
+                raise  # a missing package: a config error, reported before any compute is spent
+            except Exception as error:
+                self._report(name, "could not start", error)
 
     def _build(self, name: str, project: str, experiment: str, config: dict[str, Any], stream: TextIO | None) -> Any:
         if name == "console":
@@ -290,21 +206,36 @@ class Tracking:
         backend = {"wandb": WandbLogger, "mlflow": MlflowLogger, "swanlab": SwanlabLogger}[name]
         return backend(project, experiment, config, self.log_dir)
 
+    @staticmethod
+    def _report(name: str, what: str, error: BaseException) -> None:
+        logger.warning(
+            "logger '%s' %s (%s: %s); it is disabled for the rest of the run, the other loggers go on",
+            name,
+            what,
+            type(error).__name__,
+            error,
+        )
+
+    def _call_each(self, method: str, *args: Any) -> None:
+        """`backend.method(*args)` on every logger; one that raises is reported once and dropped."""
+        for name, backend in list(self.loggers.items()):
+            try:
+                getattr(backend, method)(*args)
+            except Exception as error:
+                self._report(name, f"failed in {method}()", error)
+                del self.loggers[name]
+
     def log(self, data: Mapping[str, Any], step: int) -> None:
         """Log one step's metrics (numbers or 0-d tensors, read back in one host sync) to every logger."""
-        values = _to_floats(data)
-        for backend in self.loggers.values():
-            backend.log(values, step)
+        self._call_each("log", _to_floats(data), step)
 
     def log_generations(self, samples: Sequence[Generation], step: int) -> None:
         """Log a few (input, output, score) samples as text, e.g. `trainer.log_val_generations` of them."""
-        for backend in self.loggers.values():
-            backend.log_generations(list(samples), step)
+        self._call_each("log_generations", list(samples), step)
 
     def finish(self) -> None:
         """Flush and close every logger (call once, at the end of training)."""
-        for backend in self.loggers.values():
-            backend.finish()
+        self._call_each("finish")
 
     def __enter__(self) -> Tracking:
         return self

@@ -3,8 +3,8 @@
 Shape legend: B = rows on this rank, R = response length, T = prompt + response length.
 
     actor = DataParallelPPOActor(config.actor_rollout_ref.actor, policy, optimizer, mini_batch_size=64)
-    log_probs, entropys = actor.compute_log_prob(data)      # (B, R) each; data.meta_info: temperature, ...
-    metrics = actor.update_policy(data)                      # {"actor/pg_loss": [per mini-batch], ...}
+    log_probs, entropys = actor.compute_log_prob(data, ForwardSettings(micro_batch_size=8, temperature=0.7))
+    metrics = actor.update_policy(data, temperature=0.7)     # {"actor/pg_loss": [per mini-batch], ...}
 
 The update, per mini-batch (one optimizer step):
 
@@ -19,6 +19,10 @@ A batch without `old_log_probs` is trained exactly on-policy: the trainer skips 
 optimizer step (`actor_rollout_ref.actor.recompute_old_log_prob`), so the weights of the update's forward are those
 that generated the batch; the loss uses old_log_prob = log_prob.detach() (ratio 1, the same gradient) and the
 update reports the entropy that the skipped pass would have.
+
+Off-policy corrections (`algorithm.rollout_correction`) reach the loss as keywords: the batch's
+`rollout_is_weights` (decoupled mode; every built-in loss multiplies its per-token loss by them) and the
+meta_info's `rollout_correction` settings (bypass mode, for the `reinforce_is` loss).
 
 Each micro-batch is cut on the host to the columns that hold tokens (`trim_padding`) and copied to the device
 through pinned memory; fixed-size micro-batches take rows longest first, so they cut well.
@@ -39,7 +43,7 @@ from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
 from hyflow.workers.batching import multi_modal_rows, pad_responses, restore_order, select_model_inputs
 from hyflow.workers.fsdp import training_device
-from hyflow.workers.micro_batch_loop import forward_without_grad, run_ppo_epochs
+from hyflow.workers.micro_batch_loop import ForwardSettings, forward_without_grad, run_ppo_epochs
 
 logger = logging.getLogger(__name__)
 
@@ -81,17 +85,14 @@ class DataParallelPPOActor:
         )
 
     def compute_log_prob(
-        self, data: DataProto, calculate_entropy: bool = False
+        self, data: DataProto, settings: ForwardSettings | None = None, calculate_entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (B, R) of `responses` (and entropies when asked), in the input's row order.
-
-        `data.meta_info`: `temperature` (the rollout's; logits are divided by it), `micro_batch_size`,
-        `use_dynamic_bsz`, `max_token_len` (the token budget when dynamic).
-        """
+        """Log-probs (B, R) of `responses` (and entropies when asked), in the input's row order, in micro-batches
+        as `settings` says, logits divided by `settings.temperature` (the rollout's). None: one micro-batch, 1.0."""
+        settings = settings or ForwardSettings()
         batch = select_model_inputs(data, MODEL_INPUTS)
-        temperature = data.meta_info.get(F.TEMPERATURE, 1.0)
-        forward = functools.partial(self._forward, temperature=temperature, compute_entropy=calculate_entropy)
-        outputs, bins = forward_without_grad(self.module, batch, data.meta_info, self.device, forward)
+        forward = functools.partial(self._forward, temperature=settings.temperature, compute_entropy=calculate_entropy)
+        outputs, bins = forward_without_grad(self.module, batch, settings, self.device, forward)
         response_length = batch[F.RESPONSES].shape[1]
         # Padding positions are 0 whatever the micro-batch they were trimmed with.
         is_token = batch[F.ATTENTION_MASK][:, -response_length:].float()
@@ -102,19 +103,26 @@ class DataParallelPPOActor:
         return log_probs, entropys
 
     def _micro_batch_loss(
-        self, micro: TensorDict, packed: PackedRows | None, agg_kwargs: dict[str, Any], temperature: float
+        self,
+        micro: TensorDict,
+        packed: PackedRows | None,
+        agg_kwargs: dict[str, Any],
+        temperature: float,
+        loss_kwargs: dict[str, Any],
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean).
 
         Without `old_log_probs` in the batch (the trainer skipped their pass: one optimizer step per batch, see
         `update_policy`), the old policy is the current one: old_log_prob = log_prob.detach(), ratio 1, and the
-        entropy metric, which that pass would have reported, comes from this forward."""
+        entropy metric, which that pass would have reported, comes from this forward (as in rollout correction's
+        bypass mode, whose old log-probs are the engine's)."""
         config = self.config
         on_policy = F.OLD_LOG_PROBS not in micro.keys()  # noqa: SIM118 (TensorDict membership)
-        compute_entropy = config.entropy_coeff != 0 or on_policy
+        skipped_pass = on_policy or F.ROLLOUT_CORRECTION in loss_kwargs  # bypass mode skips the pass too
+        compute_entropy = config.entropy_coeff != 0 or skipped_pass
         log_prob, entropy = self._forward(micro, packed, temperature, compute_entropy)
         mask = micro[F.RESPONSE_MASK].to(log_prob.dtype)
-        wanted = (F.ROLLOUT_LOG_PROBS, *config.policy_loss.extra_batch_keys)
+        wanted = (F.ROLLOUT_LOG_PROBS, F.ROLLOUT_IS_WEIGHTS, *config.policy_loss.extra_batch_keys)
         extra = {key: micro[key] for key in wanted if key in micro}
         pg_loss, pg_metrics = self.policy_loss_fn(
             log_prob.detach() if on_policy else micro[F.OLD_LOG_PROBS],
@@ -125,6 +133,7 @@ class DataParallelPPOActor:
             config,
             **agg_kwargs,
             **extra,
+            **loss_kwargs,
         )
         dp_size = agg_kwargs["dp_size"]
         token_share = mask.sum() / agg_kwargs["global_num_tokens"].clamp_min(1)  # this micro-batch's token weight
@@ -154,6 +163,8 @@ class DataParallelPPOActor:
             keys.append(F.REF_LOG_PROB)
         if F.ROLLOUT_LOG_PROBS in data.batch:
             keys.append(F.ROLLOUT_LOG_PROBS)
+        if F.ROLLOUT_IS_WEIGHTS in data.batch:
+            keys.append(F.ROLLOUT_IS_WEIGHTS)
         for key in self.config.policy_loss.extra_batch_keys:
             if key not in data.batch.keys():  # noqa: SIM118 (TensorDict membership)
                 raise ValueError(
@@ -177,14 +188,16 @@ class DataParallelPPOActor:
             "set ppo_epochs=1 and ppo_mini_batch_size=data.train_batch_size."
         )
 
-    def update_policy(self, data: DataProto) -> dict[str, list[float]]:
+    def update_policy(self, data: DataProto, temperature: float = 1.0) -> dict[str, list[float]]:
         """`ppo_epochs` passes over the data in mini-batches; returns metrics with one value per optimizer step.
+        `temperature` divides the logits, as it did for the old log-probs (the rollout's).
 
         `data` without `old_log_probs` means it was generated by the current weights and gets exactly one
         optimizer step: the loss then takes the old log-probs from its own forward (`_micro_batch_loss`)."""
         if self.optimizer is None:
             raise ValueError("DataParallelPPOActor.update_policy needs an optimizer (this actor was built without).")
-        temperature = data.meta_info.get(F.TEMPERATURE, 1.0)
+        # rollout correction's bypass-mode settings, for the reinforce_is loss
+        loss_kwargs = {key: data.meta_info[key] for key in (F.ROLLOUT_CORRECTION,) if key in data.meta_info}
         batch = select_model_inputs(data, self._update_keys(data))
         self.module.train()
         metrics = run_ppo_epochs(
@@ -196,7 +209,9 @@ class DataParallelPPOActor:
             seed=self._num_updates,
             device=self.device,
             metric_prefix="actor",
-            micro_batch_loss=functools.partial(self._micro_batch_loss, temperature=temperature),
+            micro_batch_loss=functools.partial(
+                self._micro_batch_loss, temperature=temperature, loss_kwargs=loss_kwargs
+            ),
         )
         self._num_updates += 1
         return metrics

@@ -19,6 +19,7 @@ weights, LoRA folded in, into the engine and wakes it; `trainer_mode` puts the e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -26,13 +27,16 @@ from typing import Any
 import torch
 
 from hyflow import fields as F
+from hyflow.config import ActorRolloutRefConfig, RefConfig, RolloutConfig
 from hyflow.controller import Dispatch, Worker, register
 from hyflow.models.lora import merged_hf_weights
 from hyflow.protocol import DataProto
 from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
-from hyflow.workers.checkpoint import CheckpointManager
-from hyflow.workers.fsdp import build_device_mesh, iter_full_state, move_optimizer_state, training_device
+from hyflow.workers.checkpoint import ShardCheckpointer
+from hyflow.workers.fsdp import build_device_mesh, move_optimizer_state, training_device
+from hyflow.workers.micro_batch_loop import ForwardSettings
+from hyflow.workers.weight_sync import SyncStats, iter_bucketed_state
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +44,9 @@ logger = logging.getLogger(__name__)
 class ActorRolloutRefWorker(Worker):
     """Actor (FSDP2 training), rollout (generation engine) and reference policy in one process per device."""
 
-    def __init__(self, config: Any, actor: bool = True, rollout: bool = True, ref: bool = False):
-        """`config` is the `actor_rollout_ref` section (`ActorRolloutRefConfig`); the flags pick the roles."""
+    def __init__(self, config: ActorRolloutRefConfig, actor: bool = True, rollout: bool = True, ref: bool = False):
+        """`config` is the finalized `actor_rollout_ref` section (`hyflow.config.load_config`: every inherited and
+        per-device value filled in); the flags pick the roles."""
         if not (actor or rollout or ref):
             raise ValueError("ActorRolloutRefWorker needs at least one role: actor, rollout or ref.")
         self.config = config
@@ -49,22 +54,25 @@ class ActorRolloutRefWorker(Worker):
         self.actor: DataParallelPPOActor | None = None
         self.ref: DataParallelPPOActor | None = None
         self.rollout: Any = None
-        self.checkpoint_manager: CheckpointManager | None = None
+        self.checkpointer: ShardCheckpointer | None = None
         self.lr_scheduler: Any = None
         self._model_path: str | None = None
         self._weights_version = 0  # bumped by every actor update
         self._rollout_version = 0  # the actor weights the engine holds
+        self._sync_stats: SyncStats | None = None  # of the weight sync in the current generate call, if any
 
     # ---- building ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Join the process group, then load and shard the models of the roles this worker holds."""
-        self.init_distributed()
-        model_config = self.config.model
+        self.init_distributed(timeout_s=self.config.nccl_timeout)
+        model_config = builders.with_adapter_settings(self.config.model)  # LoRA settings of a saved adapter
+        if model_config is not self.config.model:
+            self.config = dataclasses.replace(self.config, model=model_config)
         builders.import_external_lib(model_config)
-        path = builders.model_path(model_config, "actor_rollout_ref.model.path")
+        path = builders.model_path(model_config, "actor_rollout_ref.model")
         self._model_path = path  # its processor files travel into checkpoints (vision-language models)
-        self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model.tokenizer_path")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "actor_rollout_ref.model")
         mesh = build_device_mesh()
         if self.has_actor:
             self._init_actor(path, mesh)
@@ -79,7 +87,7 @@ class ActorRolloutRefWorker(Worker):
                 self.rollout.sleep()
 
     def _init_actor(self, path: str, mesh: Any) -> None:
-        actor_config = builders.with_per_gpu_micro_batch(self.config.actor, self.world_size)
+        actor_config = self.config.actor
         module = builders.build_policy(
             self.config.model, actor_config.fsdp_config, mesh, path, True, actor_config.freeze_vision_tower
         )
@@ -92,7 +100,7 @@ class ActorRolloutRefWorker(Worker):
         )
         self.actor = DataParallelPPOActor(actor_config, module, optimizer, mini_batch_size)
         checkpoint = actor_config.checkpoint
-        self.checkpoint_manager = CheckpointManager(
+        self.checkpointer = ShardCheckpointer(
             module, optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
         )
         self._hf_config = module.lm.config
@@ -114,27 +122,31 @@ class ActorRolloutRefWorker(Worker):
         return contextlib.nullcontext()
 
     # ---- log-probs ----
-    def _log_prob_meta(self, data: DataProto, role_config: Any) -> None:
-        data.meta_info.setdefault(F.TEMPERATURE, self.config.rollout.temperature)
-        data.meta_info[F.MICRO_BATCH_SIZE] = role_config.log_prob_micro_batch_size_per_gpu
-        data.meta_info[F.USE_DYNAMIC_BSZ] = bool(role_config.log_prob_use_dynamic_bsz)
-        data.meta_info[F.MAX_TOKEN_LEN] = role_config.log_prob_max_token_len_per_gpu
+    def _log_prob_settings(self, role_config: RolloutConfig | RefConfig) -> ForwardSettings:
+        """The log-prob pass of the rollout (old) or ref role, as its finalized config says; the logits are
+        divided by the rollout's temperature, so these are the log-probs of the sampling distribution."""
+        dynamic = role_config.log_prob_use_dynamic_bsz
+        return ForwardSettings(
+            micro_batch_size=role_config.log_prob_micro_batch_size_per_gpu,
+            max_token_len=role_config.log_prob_max_token_len_per_gpu if dynamic else None,
+            temperature=self.config.rollout.temperature,
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """`old_log_probs` and `entropys` (B, R) of the responses under the current actor."""
         self._require(self.actor, "compute_log_prob", "actor")
-        self._log_prob_meta(data, self.config.rollout)
-        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        settings = self._log_prob_settings(self.config.rollout)
+        log_probs, entropys = self.actor.compute_log_prob(data, settings, calculate_entropy=True)
         return DataProto.from_dict({F.OLD_LOG_PROBS: log_probs, F.ENTROPYS: entropys}, meta_info={})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """`ref_log_prob` (B, R) of the responses under the reference policy."""
         self._require(self.ref, "compute_ref_log_prob", "ref")
-        self._log_prob_meta(data, self.config.ref)
+        settings = self._log_prob_settings(self.config.ref)
         with self._ref_context():
-            log_probs, _ = self.ref.compute_log_prob(data)
+            log_probs, _ = self.ref.compute_log_prob(data, settings)
         return DataProto.from_dict({F.REF_LOG_PROB: log_probs}, meta_info={})
 
     # ---- training ----
@@ -143,11 +155,10 @@ class ActorRolloutRefWorker(Worker):
         """One PPO update over the batch, then one LR-scheduler step; metrics in `meta_info["metrics"]`. A batch
         without `old_log_probs` (the trainer skipped their pass) is trained on-policy in exactly one optimizer step."""
         self._require(self.actor, "update_actor", "actor")
-        data.meta_info.setdefault(F.TEMPERATURE, self.config.rollout.temperature)  # as the old log-probs had
         offload_optimizer = self.actor.config.fsdp_config.optimizer_offload
         if offload_optimizer:
             move_optimizer_state(self.actor.optimizer, training_device())
-        metrics = self.actor.update_policy(data)
+        metrics = self.actor.update_policy(data, temperature=self.config.rollout.temperature)  # as the old log-probs
         self.lr_scheduler.step()
         if offload_optimizer:
             move_optimizer_state(self.actor.optimizer, "cpu")
@@ -160,6 +171,7 @@ class ActorRolloutRefWorker(Worker):
         """Generate responses with the rollout engine, holding the actor's latest weights."""
         self._require(self.rollout, "generate_sequences", "rollout")
         start, captures = time.perf_counter(), self.rollout.cuda_graph_captures
+        self._sync_stats = None
         self.rollout_mode()
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the weight copies belong to rollout_mode's time
@@ -174,9 +186,15 @@ class ActorRolloutRefWorker(Worker):
             "generate": generated - woke,
             "trainer_mode": time.perf_counter() - generated,
         }
+        if self._sync_stats is not None:  # this call synced the weights (part of rollout_mode)
+            timing["weight_sync"] = self._sync_stats.seconds
         output.meta_info[F.TIMING] = {f"gen/{name}": seconds for name, seconds in timing.items()}
         captured = self.rollout.cuda_graph_captures - captures  # > 0 after step 1: the KV cache moved (see speed.md)
-        output.meta_info.setdefault(F.METRICS, {})["rollout/cuda_graph_captures"] = captured
+        metrics = output.meta_info.setdefault(F.METRICS, {})
+        metrics["rollout/cuda_graph_captures"] = captured
+        if self._sync_stats is not None:
+            metrics["rollout/weight_sync_gb"] = self._sync_stats.num_bytes / 1e9
+            metrics["rollout/weight_sync_buckets"] = self._sync_stats.num_buckets
         return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -196,7 +214,8 @@ class ActorRolloutRefWorker(Worker):
         self._require(self.rollout, "rollout_mode", "rollout")
         self.rollout.wake()
         if self.actor is not None and self._rollout_version != self._weights_version:
-            self.rollout.load_weights(self.actor_weights())
+            self._sync_stats = SyncStats()
+            self.rollout.load_weights(self.actor_weights(self._sync_stats))
             self._rollout_version = self._weights_version
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -208,11 +227,13 @@ class ActorRolloutRefWorker(Worker):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def actor_weights(self):
-        """The actor's weights under Hugging Face names, LoRA folded in, gathered one tensor at a time."""
+    def actor_weights(self, stats: SyncStats | None = None):
+        """The actor's weights under Hugging Face names, LoRA folded in, gathered from the FSDP2 shards in buckets
+        of `rollout.update_weights_bucket_megabytes` (`stats` counts what moved)."""
         model_config = self.config.model
         scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
-        return merged_hf_weights(iter_full_state(self.actor.module), scaling)
+        bucket_bytes = self.config.rollout.update_weights_bucket_megabytes << 20
+        return merged_hf_weights(iter_bucketed_state(self.actor.module, bucket_bytes, stats), scaling)
 
     # ---- checkpoints ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -221,13 +242,13 @@ class ActorRolloutRefWorker(Worker):
         self._require(self.actor, "save_checkpoint", "actor")
         info = {"kind": "policy", "global_step": global_step, "lora": builders.lora_info(self.config.model)}
         assets = builders.hf_assets_saver(self._hf_config, self.tokenizer, self._generation_config, self._model_path)
-        self.checkpoint_manager.save(local_path, info=info, hf_assets=assets)
+        self.checkpointer.save(local_path, info=info, hf_assets=assets)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> dict[str, Any]:
         """Restore the actor from `local_path`; the engine gets the restored weights on the next generation."""
         self._require(self.actor, "load_checkpoint", "actor")
-        info = self.checkpoint_manager.load(local_path)
+        info = self.checkpointer.load(local_path)
         self._weights_version += 1
         return info
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from hyflow.models.kernels import apply_fused_kernels
 from hyflow.models.loader import check_local_model_folder, load_causal_lm, load_tokenizer
-from hyflow.models.lora import apply_lora
+from hyflow.models.lora import adapter_settings, apply_lora, load_lora_adapter
 from hyflow.models.multimodal import freeze_vision_tower, is_vision_language
 from hyflow.models.policy import PolicyModel
 from hyflow.models.processor import copy_processor_files
@@ -25,11 +25,14 @@ from hyflow.workers.optim import build_lr_scheduler, build_optimizer
 logger = logging.getLogger(__name__)
 
 
-def model_path(model_config: Any, key: str) -> str:
-    """The checked local folder of `model_config.path`; `None` is an error naming the key."""
+def model_path(model_config: Any, section: str) -> str:
+    """The checked local folder of `model_config.path` (`section` names the model's config section, e.g.
+    `actor_rollout_ref.model`); `None` is an error naming the key."""
+    key = f"{section}.path"
     if model_config.path is None:
         raise ValueError(
-            f"{key}=None: set it to a local Hugging Face model folder (or run `hyflow demo`, which builds a tiny one)."
+            f"{key}=None: set it to a local Hugging Face model folder (or run `hyflow train` without a model and "
+            "data for the embedded default, or `hyflow demo`, which builds a tiny one)."
         )
     return check_local_model_folder(model_config.path, key)
 
@@ -40,8 +43,13 @@ def import_external_lib(model_config: Any) -> None:
         importlib.import_module(model_config.external_lib)
 
 
-def tokenizer_for(model_config: Any, path: str, key: str):
-    tokenizer_path = model_config.tokenizer_path or path
+def tokenizer_for(model_config: Any, path: str, section: str):
+    """The tokenizer at `tokenizer_path`, else the one saved next to the model at `path`; a problem is reported
+    under the key the folder came from."""
+    if model_config.tokenizer_path:
+        tokenizer_path, key = model_config.tokenizer_path, f"{section}.tokenizer_path"
+    else:
+        tokenizer_path, key = path, f"{section}.path"
     return load_tokenizer(tokenizer_path, trust_remote_code=model_config.trust_remote_code, key=key)
 
 
@@ -83,7 +91,9 @@ def build_policy(
     apply_fused_kernels_if_enabled(lm, model_config)
     if trainable and model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(lm)
-    if trainable and model_config.lora_rank > 0:
+    if trainable and model_config.lora_adapter_path:
+        lm = load_lora_adapter(lm, model_config.lora_adapter_path)
+    elif trainable and model_config.lora_rank > 0:
         lm = apply_lora(
             lm,
             model_config.lora_rank,
@@ -116,16 +126,6 @@ def rows_per_rank(prompts: int, samples_per_prompt: int, world_size: int, key: s
     return rows // world_size
 
 
-def with_per_gpu_micro_batch(config: Any, world_size: int) -> Any:
-    """A copy of an actor / critic config whose `ppo_micro_batch_size_per_gpu` is filled from verl's deprecated
-    global `ppo_micro_batch_size` (divided by the number of ranks) when only that one is set."""
-    if config.ppo_micro_batch_size_per_gpu is None and config.ppo_micro_batch_size:
-        return dataclasses.replace(
-            config, ppo_micro_batch_size_per_gpu=max(1, config.ppo_micro_batch_size // world_size)
-        )
-    return config
-
-
 def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = None, model_folder: str | None = None):
     """A function that writes the model's config, generation config and tokenizer into `huggingface/`, and a
     vision-language model's processor files (copied from `model_folder`, the folder it was loaded from)."""
@@ -141,6 +141,16 @@ def hf_assets_saver(hf_config: Any, tokenizer: Any, generation_config: Any = Non
             copy_processor_files(model_folder, folder)
 
     return save
+
+
+def with_adapter_settings(model_config: Any) -> Any:
+    """`model_config` with lora_rank / lora_alpha / target_modules / exclude_modules read from its saved adapter
+    (`lora_adapter_path`, as verl does), or unchanged without one."""
+    if not model_config.lora_adapter_path:
+        return model_config
+    settings = adapter_settings(model_config.lora_adapter_path)
+    logger.info("LoRA from the adapter at %s: %s", model_config.lora_adapter_path, settings)
+    return dataclasses.replace(model_config, **settings)
 
 
 def lora_info(model_config: Any) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """Sharded, atomic checkpoints of a training role: model, optimizer, LR scheduler and RNG state.
 
-    manager = CheckpointManager(model, optimizer, lr_scheduler, contents=["model", "optimizer", "extra"])
+    manager = ShardCheckpointer(model, optimizer, lr_scheduler, contents=["model", "optimizer", "extra"])
     manager.save("ckpt/global_step_10/actor", info={"kind": "policy", ...}, hf_assets=save_fn)
     manager.load("ckpt/global_step_10/actor")
 
@@ -102,7 +102,7 @@ def check_contents(contents: list[str], key: str) -> list[str]:
     return list(contents)
 
 
-class CheckpointManager:
+class ShardCheckpointer:
     """Saves and loads one role's training state (model / optimizer shards, scheduler, RNG) atomically."""
 
     def __init__(

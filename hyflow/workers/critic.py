@@ -24,7 +24,7 @@ from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
 from hyflow.workers.batching import multi_modal_rows, pad_responses, restore_order, select_model_inputs
 from hyflow.workers.fsdp import training_device
-from hyflow.workers.micro_batch_loop import forward_without_grad, run_ppo_epochs
+from hyflow.workers.micro_batch_loop import ForwardSettings, forward_without_grad, run_ppo_epochs
 
 MODEL_INPUTS = (F.INPUT_IDS, F.ATTENTION_MASK, F.POSITION_IDS, F.RESPONSES)
 
@@ -55,11 +55,12 @@ class DataParallelPPOCritic:
         values = self.module(*inputs, packed=packed, multi_modal_inputs=multi_modal_rows(micro))
         return values[:, -response_length - 1 : -1]
 
-    def compute_values(self, data: DataProto) -> torch.Tensor:
-        """Values (B, R) in the input's row order, zero outside `response_mask`. Reads the same meta_info keys as
-        the actor's `compute_log_prob` (`micro_batch_size`, `use_dynamic_bsz`, `max_token_len`)."""
+    def compute_values(self, data: DataProto, settings: ForwardSettings | None = None) -> torch.Tensor:
+        """Values (B, R) in the input's row order, zero outside `response_mask`, in micro-batches as `settings`
+        says (None: one micro-batch)."""
         batch = select_model_inputs(data, (*MODEL_INPUTS, F.RESPONSE_MASK))
-        outputs, bins = forward_without_grad(self.module, batch, data.meta_info, self.device, self._forward)
+        settings = settings or ForwardSettings()
+        outputs, bins = forward_without_grad(self.module, batch, settings, self.device, self._forward)
         response_length = batch[F.RESPONSES].shape[1]
         values = [pad_responses(micro_values, response_length) for micro_values in outputs]
         return restore_order(values, bins).cpu() * batch[F.RESPONSE_MASK]

@@ -16,13 +16,15 @@ import logging
 from typing import Any
 
 from hyflow import fields as F
+from hyflow.config import CriticConfig
 from hyflow.controller import Dispatch, Worker, register
 from hyflow.models.loader import load_value_model
 from hyflow.protocol import DataProto
 from hyflow.workers import builders
-from hyflow.workers.checkpoint import CheckpointManager
+from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.critic import DataParallelPPOCritic
 from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, move_optimizer_state, to_dtype, training_device
+from hyflow.workers.micro_batch_loop import ForwardSettings
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +32,9 @@ logger = logging.getLogger(__name__)
 class CriticWorker(Worker):
     """One data-parallel rank of the critic."""
 
-    def __init__(self, config: Any, rollout_n: int | None = None):
-        """`config` is the `critic` section (`CriticConfig`); `rollout_n` defaults to `config.rollout_n`."""
+    def __init__(self, config: CriticConfig, rollout_n: int | None = None):
+        """`config` is the finalized `critic` section (`hyflow.config.load_config`: every inherited and per-device
+        value filled in); `rollout_n` defaults to `config.rollout_n`."""
         self.config = config
         self.rollout_n = rollout_n if rollout_n is not None else (config.rollout_n or 1)
         self.critic: DataParallelPPOCritic | None = None
@@ -39,11 +42,11 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         self.init_distributed()
-        config = builders.with_per_gpu_micro_batch(self.config, self.world_size)
+        config = self.config
         model_config = config.model
         builders.import_external_lib(model_config)
-        path = builders.model_path(model_config, "critic.model.path")
-        self.tokenizer = builders.tokenizer_for(model_config, path, "critic.model.tokenizer_path")
+        path = builders.model_path(model_config, "critic.model")
+        self.tokenizer = builders.tokenizer_for(model_config, path, "critic.model")
         fsdp_config = model_config.fsdp_config
         dtype = to_dtype(fsdp_config.model_dtype, "critic.model.fsdp_config.model_dtype")
         model = load_value_model(path, dtype, model_config.override_config, model_config.trust_remote_code)
@@ -58,7 +61,7 @@ class CriticWorker(Worker):
             config.ppo_mini_batch_size, self.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
         )
         self.critic = DataParallelPPOCritic(config, module, optimizer, mini_batch_size)
-        self.checkpoint_manager = CheckpointManager(
+        self.checkpointer = ShardCheckpointer(
             module, optimizer, self.lr_scheduler, config.checkpoint.save_contents, config.checkpoint.load_contents
         )
         self._hf_config = model.config
@@ -68,13 +71,12 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """`values` (B, R): the critic's estimate at each response position."""
-        config = self.critic.config
-        data.meta_info[F.MICRO_BATCH_SIZE] = config.forward_micro_batch_size_per_gpu or (
-            config.ppo_micro_batch_size_per_gpu
+        config = self.config
+        settings = ForwardSettings(
+            micro_batch_size=config.forward_micro_batch_size_per_gpu,
+            max_token_len=config.forward_max_token_len_per_gpu if config.use_dynamic_bsz else None,
         )
-        data.meta_info[F.USE_DYNAMIC_BSZ] = bool(config.use_dynamic_bsz)
-        data.meta_info[F.MAX_TOKEN_LEN] = config.forward_max_token_len_per_gpu
-        return DataProto.from_dict({F.VALUES: self.critic.compute_values(data)}, meta_info={})
+        return DataProto.from_dict({F.VALUES: self.critic.compute_values(data, settings)}, meta_info={})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
@@ -91,10 +93,10 @@ class CriticWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0) -> None:
         info = {"kind": "critic", "global_step": global_step, "lora": None}
-        self.checkpoint_manager.save(
+        self.checkpointer.save(
             local_path, info=info, hf_assets=builders.hf_assets_saver(self._hf_config, self.tokenizer)
         )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> dict[str, Any]:
-        return self.checkpoint_manager.load(local_path)
+        return self.checkpointer.load(local_path)

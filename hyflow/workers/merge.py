@@ -68,12 +68,12 @@ def load_sharded_weights(model: nn.Module, checkpoint: str) -> None:
 
 def merge_checkpoint(checkpoint: str, output: str) -> str:
     """Write the checkpoint's model as a Hugging Face folder at `output` (which must not exist yet)."""
+    if os.path.exists(output):
+        raise ValueError(f"output {output!r} already exists; pass a new folder (hyflow merge never overwrites).")
     checkpoint = resolve_checkpoint(os.path.abspath(checkpoint))
     info = read_checkpoint_info(checkpoint)
     if "model" not in info.get("contents", []):
         raise ValueError(f"checkpoint {checkpoint!r} was saved without 'model' in checkpoint.save_contents.")
-    if os.path.exists(output):
-        raise ValueError(f"output {output!r} already exists; pass a new folder (hyflow merge never overwrites).")
     hf_dir = os.path.join(checkpoint, "huggingface")
     model = rebuild_model(hf_dir, info)
     load_sharded_weights(model, checkpoint)

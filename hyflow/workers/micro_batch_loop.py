@@ -1,6 +1,6 @@
 """The micro-batch loops that `DataParallelPPOActor` and `DataParallelPPOCritic` share.
 
-    outputs, bins = forward_without_grad(module, batch, data.meta_info, device, forward)   # log-probs, values
+    outputs, bins = forward_without_grad(module, batch, ForwardSettings(micro_batch_size=8), device, forward)
     metrics = run_ppo_epochs(module, optimizer, batch, config, mini_batch_size=..., seed=..., device=...,
                              metric_prefix="actor", micro_batch_loss=loss_fn)            # the update
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from hyflow.workers.optim import clip_grad_norm_and_step
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ForwardSettings",
     "accumulate_and_step",
     "forward_without_grad",
     "global_counts",
@@ -41,6 +43,18 @@ __all__ = [
     "run_ppo_epochs",
     "warn_about_skipped_steps",
 ]
+
+
+@dataclass(frozen=True)
+class ForwardSettings:
+    """How a forward-only pass (old / ref log-probs, values) runs, given by the worker from its role's config: rows
+    per micro-batch, or a token budget per micro-batch (`use_dynamic_bsz`), and the temperature that divides the
+    logits (log-probs only: the rollout's, so they are the log-probs of the sampling distribution)."""
+
+    micro_batch_size: int | None = None  # None: the whole batch in one micro-batch
+    max_token_len: int | None = None  # set: cut by this token budget instead of by micro_batch_size
+    temperature: float = 1.0
+
 
 MicroBatchLoss = Callable[[TensorDict, PackedRows | None, dict[str, Any]], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -88,18 +102,16 @@ def reduce_metrics_across_ranks(step_metrics: list[dict[str, torch.Tensor]]) -> 
 def forward_without_grad(
     module: torch.nn.Module,
     batch: TensorDict,
-    meta_info: dict[str, Any],
+    settings: ForwardSettings,
     device: torch.device,
     forward: Callable[[TensorDict, PackedRows | None], Any],
 ) -> tuple[list[Any], list[list[int]]]:
     """`forward` of each micro-batch in eval mode: (outputs, bins); `restore_order(outputs, bins)` gives row order.
 
-    The micro-batches are cut as `meta_info` says: `micro_batch_size`, or `use_dynamic_bsz` with `max_token_len`
-    as the token budget. Each reaches `forward(micro, packed)` as `micro_batch_on_device` gives it. The module's
-    train/eval mode is restored.
+    The micro-batches are cut as `settings` says: `micro_batch_size` rows, or `max_token_len` tokens when set. Each
+    reaches `forward(micro, packed)` as `micro_batch_on_device` gives it. The module's train/eval mode is restored.
     """
-    max_token_len = meta_info.get(F.MAX_TOKEN_LEN) if meta_info.get(F.USE_DYNAMIC_BSZ, False) else None
-    micro_batches, bins = split_micro_batches(batch, meta_info.get(F.MICRO_BATCH_SIZE), max_token_len)
+    micro_batches, bins = split_micro_batches(batch, settings.micro_batch_size, settings.max_token_len)
     was_training = module.training
     module.eval()
     with torch.no_grad():

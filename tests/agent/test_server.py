@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from hyflow import fields as F
 from hyflow.agent.manager import AgentLoopManager
-from hyflow.agent.server import EngineServer, ServerRouter, TokenOutput, WorkerServer
+from hyflow.agent.server import LocalEngineServer, ServerRouter, TokenOutput, WorkerServer
 from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.controller import WorkerTimeoutError
 from hyflow.engine.async_engine import AsyncLLMEngine
@@ -80,7 +80,7 @@ def test_multi_turn_log_probs_from_the_engine_match_the_model_on_the_final_seque
     config = RolloutConfig(prompt_length=32, response_length=40, temperature=1.0, dtype="float32")
     config.multi_turn.interaction_config_path = str(interactions)
     config.multi_turn.max_user_turns = 2
-    server = TurnCappedServer(EngineServer(EngineRollout(tiny_model_path, config, tokenizer)), cap=6)
+    server = TurnCappedServer(LocalEngineServer(EngineRollout(tiny_model_path, config, tokenizer)), cap=6)
     manager = AgentLoopManager(config, tokenizer, [server])
     kwargs = {"name": "answer_check", "ground_truth": "7", "data_source": "openai/gsm8k"}
     batch = DataProto.from_dict(
@@ -118,7 +118,7 @@ def test_engine_server_gives_token_ids_log_probs_and_finish_reason_of_the_async_
     expected = engine.generate([prompt], params)[0].outputs[0]
 
     async def twice():
-        server = EngineServer(AsyncLLMEngine(engine))
+        server = LocalEngineServer(AsyncLLMEngine(engine))
         return [await server.generate("conv", prompt, params) for _ in range(2)]  # same conversation, two turns
 
     for output in asyncio.run(twice()):

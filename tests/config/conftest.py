@@ -1,6 +1,7 @@
 """Fixtures for the config tests: verl's published launch lines, as override lists.
 
-The `$HOME/...` paths need not exist: loading a config does not open data or model files.
+The `$HOME/...` paths and hub names need not exist here: these tests load them with `check_files=False`, as one
+checks a launch line meant for another machine.
 """
 
 import pytest

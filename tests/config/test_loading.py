@@ -12,14 +12,14 @@ from hyflow.config import (
     DataConfig,
     PPOTrainerConfig,
     RolloutConfig,
+    check_config,
     load_config,
-    validate_config,
 )
 from hyflow.config.convert import default_dict
 
 
 def test_verl_gsm8k_ppo_quickstart_loads_into_a_typed_config(gsm8k_ppo_quickstart):
-    config = load_config(gsm8k_ppo_quickstart)
+    config = load_config(gsm8k_ppo_quickstart, check_files=False)
 
     assert isinstance(config, PPOTrainerConfig)
     assert isinstance(config.data, DataConfig)
@@ -34,7 +34,7 @@ def test_verl_gsm8k_ppo_quickstart_loads_into_a_typed_config(gsm8k_ppo_quickstar
 
 def test_verl_grpo_example_loads_and_vllm_runs_on_hyflows_engine_with_a_notice(gsm8k_grpo_example, caplog):
     with caplog.at_level(logging.WARNING, logger="hyflow.config"):
-        config = load_config(gsm8k_grpo_example)
+        config = load_config(gsm8k_grpo_example, check_files=False)
 
     rollout = config.actor_rollout_ref.rollout
     assert rollout.name == "hyflow"
@@ -48,7 +48,8 @@ def test_verl_grpo_example_loads_and_vllm_runs_on_hyflows_engine_with_a_notice(g
 
 def test_inherited_keys_take_the_value_of_the_key_they_follow():
     config = load_config(
-        ["data.max_prompt_length=64", "data.max_response_length=32", "actor_rollout_ref.model.path=/m"]
+        ["data.max_prompt_length=64", "data.max_response_length=32", "actor_rollout_ref.model.path=/m"],
+        check_files=False,
     )
 
     assert config.actor_rollout_ref.rollout.prompt_length == 64
@@ -59,7 +60,9 @@ def test_inherited_keys_take_the_value_of_the_key_they_follow():
 
 
 def test_an_explicit_value_wins_over_the_inherited_one():
-    config = load_config(["actor_rollout_ref.rollout.prompt_length=100", "critic.model.path=/critic"])
+    config = load_config(
+        ["actor_rollout_ref.rollout.prompt_length=100", "critic.model.path=/critic"], check_files=False
+    )
 
     assert config.actor_rollout_ref.rollout.prompt_length == 100
     assert config.critic.model.path == "/critic"
@@ -133,7 +136,7 @@ def test_a_composed_dictconfig_loads_like_the_override_list():
     )
 
 
-def test_validate_config_checks_a_config_built_in_python():
+def test_check_config_checks_a_config_built_in_python():
     built = PPOTrainerConfig(
         actor_rollout_ref=dataclasses.replace(
             PPOTrainerConfig().actor_rollout_ref,
@@ -142,11 +145,11 @@ def test_validate_config_checks_a_config_built_in_python():
     )
 
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.n='four' has the wrong type"):
-        validate_config(built)
+        check_config(built)
 
 
-def test_validate_config_returns_a_filled_copy_of_a_good_config():
-    checked = validate_config(PPOTrainerConfig())
+def test_check_config_returns_a_filled_copy_of_a_good_config():
+    checked = check_config(PPOTrainerConfig())
 
     assert checked.actor_rollout_ref.rollout.prompt_length == checked.data.max_prompt_length
     assert checked.trainer.device in ("cuda", "cpu")
@@ -162,7 +165,7 @@ def test_all_problems_are_reported_together_in_one_error():
 
 
 def test_validating_a_loaded_config_again_changes_nothing(gsm8k_grpo_example):
-    loaded = load_config([*gsm8k_grpo_example, "critic.ppo_micro_batch_size=16"])
+    loaded = load_config([*gsm8k_grpo_example, "critic.ppo_micro_batch_size=16"], check_files=False)
 
-    assert validate_config(loaded) == loaded
+    assert check_config(loaded, check_files=False) == loaded
     assert loaded.critic.ppo_micro_batch_size is None and loaded.critic.ppo_micro_batch_size_per_gpu == 2

@@ -5,14 +5,25 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyflow.controller import Dispatch, Execute, LocalWorkerGroup, ShardedCall, Worker, register, register_dispatch_mode
+from hyflow.controller import (
+    Dispatch,
+    Execute,
+    LocalWorkerGroup,
+    Worker,
+    register,
+    register_dispatch_mode,
+    update_dispatch_mode,
+)
 from hyflow.controller.decorator import (
+    PADDING_SIZE_KEY,
     REGISTER_ATTR,
     collect_dp_compute_data_proto,
+    dispatch_dp_compute,
     dispatch_dp_compute_data_proto,
     dispatch_one_to_all,
     get_dispatch_mode,
 )
+from hyflow.controller.worker_group import GroupShape
 from hyflow.protocol import DataProto, DataProtoFuture
 
 
@@ -20,34 +31,49 @@ def rows(n: int) -> DataProto:
     return DataProto.from_dict({"x": torch.arange(n)})
 
 
-def test_dp_dispatch_pads_ten_rows_to_twelve_and_collect_drops_the_padding():
-    sharded = dispatch_dp_compute_data_proto(4, rows(10), flag=True)
-    assert sharded.pad_size == 2
-    assert [len(chunk) for chunk in sharded.args[0]] == [3, 3, 3, 3]
-    assert sharded.args[0][3].batch["x"].tolist() == [9, 0, 1]  # padding repeats the first rows
-    assert sharded.kwargs["flag"] == [True] * 4
-    joined = collect_dp_compute_data_proto(sharded.args[0], sharded.pad_size)
-    assert joined.batch["x"].tolist() == list(range(10))
+def test_dp_dispatch_pads_ten_rows_to_twelve_and_reports_the_padding_to_the_group():
+    args, kwargs = dispatch_dp_compute_data_proto(GroupShape(4), rows(10), flag=True)
+    assert kwargs.pop(PADDING_SIZE_KEY) == 2
+    assert [len(chunk) for chunk in args[0]] == [3, 3, 3, 3]
+    assert args[0][3].batch["x"].tolist() == [9, 0, 1]  # padding repeats the first rows
+    assert kwargs["flag"] == [True] * 4
+    joined = collect_dp_compute_data_proto(GroupShape(4), args[0])
+    assert joined.batch["x"].tolist() == [*range(10), 0, 1]  # the group drops the 2 padding rows after collect
+
+
+def test_a_group_call_drops_the_padding_rows_of_a_dp_compute_proto_result():
+    class W(Worker):
+        @register(Dispatch.DP_COMPUTE_PROTO)
+        def same(self, data: DataProto) -> DataProto:
+            return data
+
+    assert LocalWorkerGroup(W).same(rows(3)).batch["x"].tolist() == [0, 1, 2]
 
 
 def test_dp_dispatch_rejects_dataprotos_of_different_lengths():
     with pytest.raises(ValueError, match="same number of rows"):
-        dispatch_dp_compute_data_proto(2, rows(4), other=rows(6))
+        dispatch_dp_compute_data_proto(GroupShape(2), rows(4), other=rows(6))
 
 
 def test_dp_dispatch_chunks_a_future_lazily_so_each_rank_resolves_its_own_part():
     future = DataProtoFuture(collect_fn=DataProto.concat, futures=[rows(2), rows(2)])
-    parts = dispatch_dp_compute_data_proto(2, future).args[0]
+    parts = dispatch_dp_compute_data_proto(GroupShape(2), future)[0][0]
     assert [part.get().batch["x"].tolist() for part in parts] == [[0, 1], [0, 1]]
 
 
 def test_dp_collect_returns_a_list_when_workers_return_something_other_than_dataprotos():
-    assert collect_dp_compute_data_proto([{"loss": 1.0}, {"loss": 2.0}], 0) == [{"loss": 1.0}, {"loss": 2.0}]
+    outputs = [{"loss": 1.0}, {"loss": 2.0}]
+    assert collect_dp_compute_data_proto(GroupShape(2), outputs) == outputs
 
 
 def test_one_to_all_gives_every_rank_every_argument():
-    sharded = dispatch_one_to_all(3, "a", k=1)
-    assert sharded.args == (["a"] * 3,) and sharded.kwargs == {"k": [1] * 3}
+    assert dispatch_one_to_all(GroupShape(3), "a", k=1) == ((["a"] * 3,), {"k": [1] * 3})
+
+
+def test_dp_compute_takes_arguments_already_split_per_rank_and_names_one_that_is_not():
+    assert dispatch_dp_compute(GroupShape(2), [1, 2], k=("a", "b")) == (([1, 2],), {"k": ["a", "b"]})
+    with pytest.raises(ValueError, match="argument 0 is int"):
+        dispatch_dp_compute(GroupShape(2), 5)
 
 
 def test_register_records_its_modes_and_rank_zero_dispatch_implies_rank_zero_execution():
@@ -71,10 +97,10 @@ def test_an_unknown_dispatch_mode_name_lists_the_known_ones():
 
 
 def test_a_custom_dispatch_mode_registered_by_name_drives_a_group_call():
-    def dispatch_reversed(world_size: int, values: list) -> ShardedCall:
-        return ShardedCall(args=([list(reversed(values))] * world_size,))
+    def dispatch_reversed(worker_group, values: list) -> tuple[tuple, dict]:  # verl's contract: the group first
+        return ([list(reversed(values))] * worker_group.world_size,), {}
 
-    def collect_sum(outputs: list, pad_size: int) -> int:
+    def collect_sum(worker_group, outputs: list) -> int:
         return sum(outputs)
 
     register_dispatch_mode("reverse_then_sum", dispatch_reversed, collect_sum)
@@ -93,3 +119,23 @@ def test_a_custom_dispatch_mode_registered_by_name_drives_a_group_call():
     wg = LocalWorkerGroup(W)
     assert wg.first([1, 2, 3]) == 3
     assert wg.last([1, 2, 3]) == 1
+
+
+def test_update_dispatch_mode_replaces_the_pair_of_an_existing_mode():
+    def dispatch_doubled(worker_group, value: int) -> tuple[tuple, dict]:
+        return ([value * 2] * worker_group.world_size,), {}
+
+    def collect_plus_one(worker_group, outputs: list) -> int:
+        return outputs[0] + 1
+
+    register_dispatch_mode("double_then_inc", dispatch_doubled, collect_plus_one)
+    update_dispatch_mode("double_then_inc", dispatch_doubled, lambda group, outputs: outputs[0] + 100)
+
+    class W(Worker):
+        @register(dispatch_mode="double_then_inc")
+        def echo(self, value: int) -> int:
+            return value
+
+    assert LocalWorkerGroup(W).echo(5) == 110
+    with pytest.raises(ValueError, match="register it first"):
+        update_dispatch_mode("no_such_mode", dispatch_doubled, collect_plus_one)

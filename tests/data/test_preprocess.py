@@ -56,8 +56,8 @@ def test_math_reads_one_json_per_problem_and_skips_unboxed_solutions(tmp_path):
     splits = math_pre.make_splits(tmp_path)
     assert [len(splits["train"]), len(splits["test"])] == [1, 1]
     row = splits["test"][0]
-    assert row["reward_model"]["ground_truth"] == "\\frac{3}{4}" and row["extra_info"]["level"] == "Level 1"
-    assert default_compute_score(row["data_source"], "so \\boxed{0.75}", row["reward_model"]["ground_truth"]) == 1.0
+    assert row["reward_model"]["ground_truth"] == "\\frac{3}{4}" and row["extra_info"] == {"split": "test", "index": 0}
+    assert default_compute_score(row["data_source"], "so \\boxed{\\frac34}", row["reward_model"]["ground_truth"]) == 1.0
 
 
 def test_a_folder_without_split_files_names_what_is_missing(tmp_path):
@@ -131,3 +131,38 @@ def test_synthetic_train_and_test_splits_come_from_consecutive_seeds():
 
 def test_expressions_are_written_operand_operator_operand():
     assert arith.format_expression([12, 34, 5], ["+", "*"]) == "12 + 34 * 5"
+
+
+def _verl_made_table(data_source: str, extra_info: dict):
+    """A one-row table with the schema verl's example preprocessors write (built here, not read from verl)."""
+    import pyarrow as pa
+
+    row = {
+        "data_source": data_source,
+        "prompt": [{"role": "user", "content": "What is 1 + 1?"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "2"},
+        "extra_info": extra_info,
+    }
+    return pa.Table.from_pylist([row])
+
+
+@pytest.mark.parametrize("task", ["gsm8k", "math"])
+def test_a_hyflow_made_file_concatenates_with_a_verl_made_one(tmp_path, task):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hyflow.data.preprocess import gsm8k as gsm8k_pre
+    from hyflow.data.preprocess import math as math_pre
+
+    if task == "gsm8k":
+        rows = [gsm8k_pre.to_row({"question": "Q?", "answer": "so 2\n#### 2"}, "train", 0)]
+        verl = _verl_made_table("openai/gsm8k", {"split": "train", "index": 7, "answer": "#### 2", "question": "Q?"})
+    else:
+        rows = [math_pre.to_row({"problem": "P?", "solution": "so \\boxed{2}"}, "train", 0)]
+        verl = _verl_made_table("DigitalLearningGmbH/MATH-lighteval", {"split": "train", "index": 7})
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "hyflow.parquet")
+
+    both = pa.concat_tables([verl, pq.read_table(tmp_path / "hyflow.parquet")])
+
+    assert both.num_rows == 2 and both.schema.field("extra_info").type == verl.schema.field("extra_info").type

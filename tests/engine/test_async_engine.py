@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.config import EngineConfig, SamplingParams
@@ -69,3 +70,70 @@ def test_a_bad_request_raises_for_its_caller_while_others_complete(engine):
     assert len(asyncio.run(main()).outputs[0].token_ids) == 8
     # A second event loop (e.g. a new asyncio.run) gets a fresh step loop.
     assert len(asyncio.run(async_engine.generate(PROMPTS[2], GREEDY)).outputs[0].token_ids) == 8
+
+
+@pytest.mark.timeout(60)
+def test_a_stream_yields_growing_outputs_and_ends_with_the_batch_apis_output(engine):
+    expected = engine.generate([PROMPTS[0]], GREEDY)[0].outputs[0]
+    async_engine = AsyncLLMEngine(engine)
+
+    async def main():
+        return [out async for out in async_engine.stream(PROMPTS[0], GREEDY, request_id="s")]
+
+    outputs = asyncio.run(main())
+    lengths = [len(out.outputs[0].token_ids) for out in outputs]
+    assert lengths == sorted(lengths) and len(set(lengths)) == len(lengths) and len(outputs) >= 2
+    assert all(out.outputs[0].finish_reason is None for out in outputs[:-1])
+    final = outputs[-1].outputs[0]
+    assert (final.token_ids, final.finish_reason) == (expected.token_ids, expected.finish_reason)
+    assert all(expected.token_ids[: len(out.outputs[0].token_ids)] == out.outputs[0].token_ids for out in outputs)
+
+
+@pytest.mark.timeout(60)
+def test_a_cancelled_caller_and_a_closed_stream_abort_their_requests(engine):
+    async_engine = AsyncLLMEngine(engine)
+    long = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
+
+    async def main():
+        task = asyncio.create_task(async_engine.generate(PROMPTS[0], long, request_id="gone"))
+        while "gone" not in engine.requests or not engine.requests["gone"][1][0].output_token_ids:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert "gone" not in engine.requests
+        stream = async_engine.stream(PROMPTS[1], long, request_id="closed")
+        first = await anext(stream)
+        await stream.aclose()
+        return first
+
+    first = asyncio.run(main())
+    assert first.outputs[0].finish_reason is None
+    assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_scheduler_steps", [1, 4])
+def test_top_log_probs_are_the_most_likely_tokens_of_the_sampled_distribution(num_scheduler_steps):
+    hf = make_tiny_hf_model("qwen2")
+    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=64, num_scheduler_steps=num_scheduler_steps)
+    engine = LLMEngine(hf, config)
+    params = [
+        SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, top_log_probs=3),
+        SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),  # asks for none, in the same batch
+    ]
+    asked, plain = (request.outputs[0] for request in engine.generate(PROMPTS[:2], params))
+    assert plain.top_log_probs is None and len(asked.top_log_probs) == len(asked.token_ids) == 6
+    ids = PROMPTS[0] + asked.token_ids
+    with torch.no_grad():
+        log_probs = hf(torch.tensor([ids])).logits[0, len(PROMPTS[0]) - 1 : -1].log_softmax(-1)
+    for position, (token, log_prob, top) in enumerate(zip(asked.token_ids, asked.log_probs, asked.top_log_probs)):
+        expected = log_probs[position].topk(3)
+        assert list(top) == expected.indices.tolist() and next(iter(top)) == token  # greedy: the best first
+        torch.testing.assert_close(torch.tensor(list(top.values())), expected.values, atol=1e-4, rtol=1e-4)
+        assert top[token] == pytest.approx(log_prob, abs=1e-6)
+
+
+def test_top_log_probs_beyond_the_limit_name_it():
+    with pytest.raises(ValueError, match=r"top_log_probs=21 .* \[0, 20\]"):
+        SamplingParams(top_log_probs=21)

@@ -14,8 +14,8 @@ from hyflow.trainer import checkpoint_manager as cm
 from hyflow.trainer.checkpoint_manager import (
     TRACKER_FILE,
     TRAINER_STATE_FILE,
-    CheckpointManager,
     DamagedCheckpointError,
+    StepCheckpoints,
     find_latest_checkpoint,
     resolve_resume_path,
     restore_rng_state,
@@ -23,7 +23,7 @@ from hyflow.trainer.checkpoint_manager import (
 from hyflow.trainer.checkpoint_manifest import MANIFEST_FILE
 
 
-def _save(manager: CheckpointManager, step: int, roles=("actor",), **kwargs) -> None:
+def _save(manager: StepCheckpoints, step: int, roles=("actor",), **kwargs) -> None:
     path = manager.step_dir(step)
     for role in roles:  # what the workers would write
         (path / role / "dcp").mkdir(parents=True, exist_ok=True)
@@ -33,7 +33,7 @@ def _save(manager: CheckpointManager, step: int, roles=("actor",), **kwargs) -> 
 
 
 def test_a_finalized_step_round_trips_its_trainer_state_and_updates_the_tracker(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10, dataloader_state={"epoch": 1, "samples_seen": 64}, extra={"kl_coef": 0.02})
     state = manager.resume("auto")
     assert state.global_step == 10
@@ -45,7 +45,7 @@ def test_a_finalized_step_round_trips_its_trainer_state_and_updates_the_tracker(
 
 
 def test_latest_checkpoint_skips_a_save_that_was_interrupted(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     _save(manager, 20)
     interrupted = manager.step_dir(30)
@@ -56,7 +56,7 @@ def test_latest_checkpoint_skips_a_save_that_was_interrupted(tmp_path):
 def test_a_failure_while_writing_the_trainer_state_leaves_the_step_incomplete_and_the_tracker_unchanged(
     tmp_path, monkeypatch
 ):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     manager.step_dir(20)
 
@@ -75,7 +75,7 @@ def test_a_failure_while_writing_the_trainer_state_leaves_the_step_incomplete_an
 
 
 def test_saving_a_step_again_marks_it_incomplete_until_finalized(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     path = manager.step_dir(10)
     assert not (path / TRAINER_STATE_FILE).exists()
@@ -84,14 +84,14 @@ def test_saving_a_step_again_marks_it_incomplete_until_finalized(tmp_path):
 
 
 def test_resume_modes_disable_and_auto_without_checkpoints_start_from_scratch(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     assert manager.resume("auto") is None
     _save(manager, 5)
     assert manager.resume("disable") is None
 
 
 def test_resume_path_loads_the_named_step(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 5)
     _save(manager, 6)
     assert manager.resume("resume_path", tmp_path / "global_step_5").global_step == 5
@@ -112,14 +112,14 @@ def test_bad_resume_settings_say_what_to_change(tmp_path, mode, path, message):
 
 
 def test_pruning_keeps_only_the_newest_actor_checkpoints(tmp_path):
-    manager = CheckpointManager(tmp_path, max_actor_ckpt_to_keep=2)
+    manager = StepCheckpoints(tmp_path, max_actor_ckpt_to_keep=2)
     for step in (1, 2, 3, 4):
         _save(manager, step)
     assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_3", "global_step_4"]
 
 
 def test_pruning_actor_and_critic_separately_leaves_older_steps_unresumable(tmp_path):
-    manager = CheckpointManager(tmp_path, max_actor_ckpt_to_keep=1, max_critic_ckpt_to_keep=2)
+    manager = StepCheckpoints(tmp_path, max_actor_ckpt_to_keep=1, max_critic_ckpt_to_keep=2)
     for step in (1, 2, 3):
         _save(manager, step, roles=("actor", "critic"))
     assert not (tmp_path / "global_step_1").exists()
@@ -133,11 +133,11 @@ def test_pruning_actor_and_critic_separately_leaves_older_steps_unresumable(tmp_
 
 def test_negative_keep_counts_are_rejected_with_the_key():
     with pytest.raises(ValueError, match=r"trainer\.max_critic_ckpt_to_keep=-1"):
-        CheckpointManager("x", max_critic_ckpt_to_keep=-1)
+        StepCheckpoints("x", max_critic_ckpt_to_keep=-1)
 
 
 def test_the_controllers_rng_state_is_restored_on_resume(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 1)
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     restore_rng_state(manager.resume("auto").rng_state)
@@ -145,7 +145,7 @@ def test_the_controllers_rng_state_is_restored_on_resume(tmp_path):
 
 
 def test_a_finalized_step_has_a_manifest_with_the_size_and_checksum_of_every_file(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     files = json.loads((tmp_path / "global_step_10" / MANIFEST_FILE).read_text())["files"]
     assert sorted(files) == ["actor/dcp/.metadata", "actor/dcp/__0_0.distcp", TRAINER_STATE_FILE]
@@ -175,7 +175,7 @@ DAMAGES = [
 def test_auto_resume_skips_a_damaged_latest_checkpoint_with_a_warning_naming_the_file(
     tmp_path, caplog, name, damage, fault
 ):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     _save(manager, 20)
     damaged = tmp_path / "global_step_20" / name
@@ -190,7 +190,7 @@ def test_auto_resume_skips_a_damaged_latest_checkpoint_with_a_warning_naming_the
 
 
 def test_resume_path_to_a_damaged_checkpoint_is_an_error_naming_the_file_and_the_fault(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     shard = tmp_path / "global_step_10" / "actor" / "dcp" / "__0_0.distcp"
     truncate(shard)
@@ -202,7 +202,7 @@ def test_resume_path_to_a_damaged_checkpoint_is_an_error_naming_the_file_and_the
 
 
 def test_auto_resume_refuses_to_start_over_when_every_checkpoint_is_damaged(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     _save(manager, 20)
     for step in (10, 20):
@@ -213,7 +213,7 @@ def test_auto_resume_refuses_to_start_over_when_every_checkpoint_is_damaged(tmp_
 
 
 def test_a_checkpoint_without_a_manifest_loads_and_an_unreadable_trainer_state_still_falls_back(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     _save(manager, 10)
     _save(manager, 20)
     for step in (10, 20):  # as an older hyflow wrote them
@@ -224,7 +224,7 @@ def test_a_checkpoint_without_a_manifest_loads_and_an_unreadable_trainer_state_s
 
 
 def test_a_completed_save_leaves_no_tmp_files_of_interrupted_ones(tmp_path):
-    manager = CheckpointManager(tmp_path)
+    manager = StepCheckpoints(tmp_path)
     path = manager.step_dir(20)
     (path / "actor.tmp" / "dcp").mkdir(parents=True)  # a worker save killed before its rename
     (path / f".{TRAINER_STATE_FILE}.k1ll.tmp").write_bytes(b"half")  # a kill inside the atomic write
@@ -236,13 +236,13 @@ def test_a_completed_save_leaves_no_tmp_files_of_interrupted_ones(tmp_path):
 
 def test_an_unwritable_checkpoint_folder_is_reported_with_the_key_before_anything_runs(tmp_path):
     (tmp_path / "a_file").write_text("not a folder")
-    manager = CheckpointManager(tmp_path / "a_file" / "ckpt")
+    manager = StepCheckpoints(tmp_path / "a_file" / "ckpt")
     with pytest.raises(ValueError, match=r"trainer\.default_local_dir='.*a_file/ckpt' is not writable: Not a direct"):
         manager.ensure_writable()
 
 
 def test_checking_a_new_checkpoint_folder_leaves_nothing_behind(tmp_path):
-    CheckpointManager(tmp_path / "new" / "ckpt").ensure_writable()
+    StepCheckpoints(tmp_path / "new" / "ckpt").ensure_writable()
     (tmp_path / "old").mkdir()
-    CheckpointManager(tmp_path / "old").ensure_writable()
+    StepCheckpoints(tmp_path / "old").ensure_writable()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["old"]

@@ -1,66 +1,149 @@
-"""The Hydra entry: `python -m hyflow.trainer.main_ppo` and `hyflow train` (a few subprocesses, ~1 s each)."""
+"""The command-line entry: `python -m hyflow.trainer.main_ppo` and `hyflow train` (in process, no training)."""
 
+from __future__ import annotations
+
+import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from hyflow.data.prepare import prepare_task
 from hyflow.trainer import main_ppo
 
-QUICKSTART_HEAD = [
-    "data.train_files=$HOME/data/gsm8k/train.parquet",
-    "data.train_batch_size=256",
-    "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=64",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-    "actor_rollout_ref.rollout.name=vllm",
-    "trainer.logger=console",
-]
+
+def _model_folder(path: Path) -> Path:
+    """Enough of a Hugging Face folder for the config checks (they look for config.json, nothing more)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
+    return path
 
 
-def _run(args: list[str], cwd) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env, check=False
-    )
+@pytest.fixture
+def launch(tmp_path, monkeypatch) -> list[str]:
+    """README's Training command, with `~` paths, on a home folder of the test's own (and cwd elsewhere)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    prepare_task("arith", home / "data" / "gsm8k-rl", seed=0, train_size=16, test_size=4, num_digits=1)
+    _model_folder(home / "models" / "qwen")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return [
+        "data.train_files=~/data/gsm8k-rl/train.parquet",
+        "data.val_files=~/data/gsm8k-rl/test.parquet",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.model.path=~/models/qwen",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=8",
+        "trainer.backend=local",
+    ]
 
 
-@pytest.mark.timeout(150)
-def test_cfg_job_prints_the_composed_config_with_the_overrides(tmp_path):
-    result = _run(["-m", "hyflow.trainer.main_ppo", "--cfg", "job", *QUICKSTART_HEAD], tmp_path)
+def test_readmes_training_command_with_tilde_paths_loads_with_the_home_folder_expanded(launch, capsys, tmp_path):
+    code = main_ppo.main(["--cfg", "job", *launch, "trainer.default_local_dir=~/ckpt"])
 
-    assert result.returncode == 0, result.stderr
-    assert "train_batch_size: 256" in result.stdout
-    assert "path: Qwen/Qwen2.5-0.5B-Instruct" in result.stdout
-    assert "ppo_micro_batch_size_per_gpu: 4" in result.stdout
-    assert not list(tmp_path.iterdir())  # --cfg job runs nothing and writes nothing
-
-
-@pytest.mark.timeout(150)
-def test_hyflow_train_help_describes_the_command_and_lists_the_keys(tmp_path):
-    result = _run(["-m", "hyflow", "train", "--help"], tmp_path)
-
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("hyflow train (same as python -m hyflow.trainer.main_ppo)")
-    assert "adv_estimator: gae" in result.stdout
+    out = capsys.readouterr().out
+    assert code == 0
+    home = tmp_path / "home"
+    assert f"train_files: {home}/data/gsm8k-rl/train.parquet" in out
+    assert f"path: {home}/models/qwen" in out
+    assert f"default_local_dir: {home}/ckpt" in out
+    assert "~" not in out
 
 
-def test_an_unknown_key_on_the_command_line_stops_before_hydra_with_a_suggestion(capsys):
-    code = main_ppo.main(["data.max_promt_length=10", "trainer.n_gpus_per_node=abc"])
+def test_cfg_job_prints_the_names_the_run_uses_and_writes_nothing(launch, capsys, caplog):
+    with caplog.at_level(logging.WARNING):
+        code = main_ppo.main(["--cfg", "job", *launch, "actor_rollout_ref.rollout.name=sglang", "trainer.backend=auto"])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "name: hyflow" in out and "sglang" not in out
+    assert "runs this on its own generation engine" in caplog.text  # the notice, on stderr through logging
+    assert "backend: local" in out and "device: cpu" in out  # auto, resolved
+    assert "ppo_micro_batch_size_per_gpu: 32" in out  # derived: 4 prompts x n=8 on one device
+    assert not list(Path.cwd().iterdir())
+
+
+def test_cfg_job_runs_the_full_check_not_only_the_key_names(launch, capsys):
+    code = main_ppo.main(["--cfg", "job", *launch, "actor_rollout_ref.actor.ppo_mini_batch_size=3"])
+
+    assert code == main_ppo.EXIT_BAD_CONFIG
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "data.train_batch_size=8 must be a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=3" in captured.err
+
+
+def test_a_malformed_override_says_what_hydra_rejected_and_how_to_quote_it(launch, capsys):
+    code = main_ppo.main([*launch, "trainer.experiment_name=a=b", "data.max_promt_length=10"])
 
     assert code == main_ppo.EXIT_BAD_CONFIG
     err = capsys.readouterr().err
-    assert "Did you mean 'data.max_prompt_length'?" in err
+    assert "could not parse `trainer.experiment_name=a=b`: Hydra's override grammar rejects it" in err
+    assert "the value holds '='" in err and "trainer.experiment_name='a=b'" in err
+    assert "Did you mean 'data.max_prompt_length'?" in err  # the other overrides are still checked
+
+
+def test_an_unknown_key_a_wrong_type_and_a_broken_rule_are_reported_together(launch, capsys):
+    code = main_ppo.main(
+        [*launch, "data.max_promt_length=10", "trainer.n_gpus_per_node=abc", "actor_rollout_ref.actor.optim.lr=0"]
+    )
+
+    assert code == main_ppo.EXIT_BAD_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith("hyflow: 3 problems in the config:")
     assert "(from `data.max_promt_length=10`)" in err
+    assert "trainer.n_gpus_per_node='abc' has the wrong type: expected an integer" in err
+    assert "actor_rollout_ref.actor.optim.lr=0.0 must be positive" in err
 
 
-def test_a_wrong_type_found_after_hydra_composes_exits_with_the_message(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["main_ppo"])  # main() hands its arguments to Hydra through sys.argv
-    overrides = [f"hydra.run.dir={tmp_path}", "hydra.output_subdir=null", "hydra/job_logging=none"]
+def test_the_command_line_is_parsed_once(launch, monkeypatch, capsys):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    with pytest.raises(SystemExit) as caught:
-        main_ppo.main([*overrides, "data.train_batch_size=abc"])
+    seen: list[str] = []
+    original = OverridesParser.parse_overrides
 
-    assert caught.value.code == main_ppo.EXIT_BAD_CONFIG
-    assert "data.train_batch_size='abc' has the wrong type: expected an integer" in capsys.readouterr().err
+    def counting(self, overrides):
+        seen.extend(overrides)
+        return original(self, overrides)
+
+    monkeypatch.setattr(OverridesParser, "parse_overrides", counting)
+
+    assert main_ppo.main(["--cfg", "job", *launch]) == 0
+    assert len(seen) == len(launch)
+
+
+def test_help_is_a_short_usage_that_points_to_the_reference(capsys):
+    assert main_ppo.main(["--help"]) == 0
+
+    out = capsys.readouterr().out
+    assert out.startswith("hyflow train (same as python -m hyflow.trainer.main_ppo)")
+    assert len(out.splitlines()) < 25
+    assert "--cfg job" in out and "docs/configuration.md" in out
+
+
+@pytest.mark.timeout(120)
+def test_python_m_main_ppo_and_hyflow_train_are_the_same_entry(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for args in (["-m", "hyflow.trainer.main_ppo", "--help"], ["-m", "hyflow", "train", "--help"]):
+        result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, check=False)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("hyflow train (same as python -m hyflow.trainer.main_ppo)")
+
+
+def test_hydra_settings_of_a_verl_script_are_ignored_with_a_notice_and_write_no_outputs_folder(launch, capsys, caplog):
+    with caplog.at_level(logging.WARNING):
+        code = main_ppo.main(["--cfg", "job", *launch, "hydra.run.dir=outputs/x", "hydra/job_logging=disabled"])
+
+    assert code == 0
+    assert "ignoring `hydra.run.dir=outputs/x`: hyflow reads the command line itself" in caplog.text
+    assert not list(Path.cwd().iterdir())
+
+
+def test_a_sweep_is_refused_with_the_fix(launch, capsys):
+    assert main_ppo.main([*launch, "actor_rollout_ref.actor.optim.lr=1e-6,1e-5"]) == main_ppo.EXIT_BAD_CONFIG
+
+    assert "is a sweep (several values); hyflow runs one config. Fix: run once per value." in capsys.readouterr().err

@@ -113,10 +113,20 @@ def test_a_config_that_cannot_work_is_rejected_with_the_rule_and_the_fix(assets,
         tiny_config(assets, tmp_path, *overrides)
 
 
-def test_a_training_batch_larger_than_the_dataset_is_rejected_before_any_worker_starts(assets, tmp_path):
-    config = tiny_config(assets, tmp_path, "data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32")
+def test_a_training_batch_larger_than_the_dataset_is_rejected_when_the_config_loads(assets, tmp_path):
+    overrides = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32"]
 
-    with pytest.raises(ValueError, match=r"data.train_batch_size=32 is larger than the training set \(16 prompts\)"):
+    with pytest.raises(ValueError, match=r"data.train_batch_size=32 is more than the 16 training rows"):
+        tiny_config(assets, tmp_path, *overrides)
+
+
+def test_a_training_batch_larger_than_what_the_length_filter_leaves_is_rejected_before_any_worker_starts(
+    assets, tmp_path
+):
+    overrides = ["data.max_prompt_length=20", "data.filter_overlong_prompts=True"]
+    config = tiny_config(assets, tmp_path, *overrides)
+
+    with pytest.raises(ValueError, match=r"is larger than the training set|no rows left"):
         PPOTrainer(config)
 
 

@@ -7,7 +7,7 @@ import torch
 from hyflow import fields as F
 from hyflow.algorithms import AdaptiveKLController, FixedKLController, register_adv_est
 from hyflow.protocol import DataProto
-from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask
+from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask, pf_ppo_resample
 
 
 def _batch(rows: int = 4, prompt_len: int = 3, response_lens=(4, 2, 3, 1), response_width: int = 4) -> DataProto:
@@ -126,3 +126,15 @@ def test_user_estimator_without_kwargs_gets_only_the_arguments_it_names():
 def test_advantage_without_token_level_rewards_names_the_field():
     with pytest.raises(ValueError, match="token_level_rewards"):
         compute_advantage(_batch(), "grpo")
+
+
+def test_pf_ppo_resamples_whole_rows_toward_the_rewarded_ones():
+    data = _batch()  # rows 1 and 3 score 1, rows 0 and 2 score 0
+    torch.manual_seed(0)
+
+    resampled = pf_ppo_resample(data, "pow", 2.0)
+
+    assert len(resampled) == len(data)
+    picked = [int(torch.nonzero((data.batch[F.RESPONSES] == row).all(-1))[0]) for row in resampled.batch[F.RESPONSES]]
+    assert set(picked) <= {1, 3}  # |0| ** 2 = 0: unrewarded rows are (almost surely) never drawn
+    assert list(resampled.non_tensor_batch[F.UID]) == [data.non_tensor_batch[F.UID][i] for i in picked]

@@ -35,6 +35,7 @@ def test_grpo_on_the_ray_backend_trains_two_data_parallel_workers(ray_started_he
         "trainer.ray_init.num_cpus=2",
         "trainer.val_before_train=True",
         "actor_rollout_ref.actor.use_kl_loss=True",
+        "trainer.save_freq=2",
     )
     trainer = PPOTrainer(config)
     trainer.init_workers()

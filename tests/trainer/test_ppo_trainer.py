@@ -44,19 +44,41 @@ def test_grpo_on_the_local_backend_logs_every_stage_and_changes_the_actor(assets
     assert "timing_s/ref" not in metrics and "timing_s/values" not in metrics  # no KL, no critic
     after = actor_parameters(trainer)
     assert any(not torch.equal(before[name], after[name]) for name in before)
-    assert (tmp_path / "ckpt" / "global_step_2" / "trainer_state.pt").is_file()  # saved at the last step
+    assert not (tmp_path / "ckpt").exists()  # trainer.save_freq=-1 (the kit's): no checkpoints at all, as in verl
 
 
 @pytest.mark.timeout(120)
 def test_ppo_with_a_critic_trains_the_value_model_and_reports_values(assets, tmp_path):
-    steps, trainer, _ = train(assets, tmp_path, "algorithm.adv_estimator=gae", "trainer.critic_warmup=1")
+    # save_freq=3 > the 2 steps: the checkpoint after the last step is written all the same
+    steps, trainer, _ = train(
+        assets, tmp_path, "algorithm.adv_estimator=gae", "trainer.critic_warmup=1", "trainer.save_freq=3"
+    )
 
     first, second = steps[0]["data"], steps[1]["data"]
     assert "critic/vf_loss" in first and "critic/values/mean" in first and "critic/vf_explained_var" in first
     assert "actor/pg_loss" not in first  # the first step only warms up the critic
     assert "actor/pg_loss" in second and "timing_s/update_critic" in second
     assert (tmp_path / "ckpt" / "global_step_2" / "critic").is_dir()
+    assert (tmp_path / "ckpt" / "global_step_2" / "trainer_state.pt").is_file()
     assert trainer.workers.critic is not None
+
+
+@pytest.mark.timeout(120)
+def test_pf_ppo_resamples_each_gae_batch_by_reward_before_the_update(assets, tmp_path, monkeypatch):
+    import hyflow.trainer.ppo_trainer as ppo_trainer_module
+
+    resampled, original = [], ppo_trainer_module.pf_ppo_resample
+
+    def recording_resample(batch, reweight_method, weight_pow):
+        out = original(batch, reweight_method, weight_pow)
+        resampled.append((len(batch), len(out), reweight_method))
+        return out
+
+    monkeypatch.setattr(ppo_trainer_module, "pf_ppo_resample", recording_resample)
+    steps, _, _ = train(assets, tmp_path, "algorithm.adv_estimator=gae", "algorithm.use_pf_ppo=True")
+
+    assert resampled == [(8, 8, "pow"), (8, 8, "pow")]  # 4 prompts x 2 samples per step, drawn with replacement
+    assert "actor/pg_loss" in steps[-1]["data"]
 
 
 @pytest.mark.timeout(120)
@@ -218,14 +240,13 @@ def test_a_reward_model_adds_its_score_and_the_reward_can_run_asynchronously(ass
 
 
 @pytest.mark.timeout(120)
-def test_the_hydra_entry_trains_with_command_line_overrides(assets, tmp_path):
+def test_the_command_line_entry_trains_with_overrides_and_writes_nothing_else(assets, tmp_path):
     import subprocess
     import sys
 
     from tests.trainer.ppo_testkit import tiny_overrides
 
-    args = [*tiny_overrides(assets, tmp_path), "trainer.total_training_steps=1"]
-    args += ["hydra.run.dir=.", "hydra.output_subdir=null"]
+    args = [*tiny_overrides(assets, tmp_path), "trainer.total_training_steps=1", "trainer.save_freq=1"]
     # a fresh process: without the distributed env this process's local worker group set for itself
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     result = subprocess.run(
@@ -236,6 +257,7 @@ def test_the_hydra_entry_trains_with_command_line_overrides(assets, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "logs" / "tests" / "tiny" / "metrics.jsonl").is_file()
     assert (tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "logs"]  # no Hydra outputs/<date>/<time>/
 
 
 @pytest.mark.timeout(180)

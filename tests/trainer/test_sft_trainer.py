@@ -72,10 +72,11 @@ def test_sft_lowers_the_loss_and_saves_a_hugging_face_folder_that_loads(assets, 
         torch.testing.assert_close(tensor, trained[name], msg=name)
 
 
-def test_fit_stops_early_when_the_step_callback_says_so_and_still_saves(assets, tmp_path):
+def test_fit_stops_early_when_the_step_callback_says_so_and_still_saves(assets, tmp_path, capsys):
     trainer = SFTTrainer(load_sft_config(overrides(assets, tmp_path)))
     history = trainer.fit(on_step=lambda step, metrics: step == 2)
     assert len(history) == 2
+    assert "sft:  33%|" in capsys.readouterr().err  # the progress bar, closed where training stopped (2 of 6)
     assert (tmp_path / "ckpt" / "global_step_2" / "trainer_state.pt").is_file()
     assert (tmp_path / "ckpt" / HF_DIR / "config.json").is_file()
 

@@ -3,13 +3,14 @@
 import io
 import json
 import sys
-import types
 
 import numpy as np
 import pytest
 import torch
+from tqdm import tqdm
 
-from hyflow.trainer.tracking import ConsoleLogger, MlflowLogger, Tracking, dump_generations
+from hyflow.trainer.trackers import MlflowLogger
+from hyflow.trainer.tracking import ConsoleLogger, Tracking, dump_generations
 
 
 def test_console_logger_prints_an_aligned_table_of_the_step():
@@ -70,46 +71,105 @@ def test_tensorboard_logger_writes_scalars_that_tensorboard_reads_back(tmp_path)
     assert (scalar.step, scalar.value) == (4, 0.25)
 
 
-def _fake_module(name: str, calls: list) -> types.ModuleType:
-    """A stand-in for a tracker package that records the calls made to it."""
-    module = types.ModuleType(name)
-
-    def record(fn_name):
-        return lambda *args, **kwargs: calls.append((fn_name, args, kwargs)) or run
-
-    run = types.SimpleNamespace(log=record("run.log"), finish=record("run.finish"))
-    for fn_name in ("init", "log", "finish", "set_tracking_uri", "set_experiment", "start_run", "log_params"):
-        setattr(module, fn_name, record(fn_name))
-    module.log_metrics = record("log_metrics")
-    module.end_run = record("end_run")
-    return module
+def test_the_console_table_is_written_through_the_progress_bar(capsys):
+    with tqdm(total=10, desc="training", file=sys.stdout) as bar:
+        bar.update(1)
+        ConsoleLogger().log({"loss": 0.5}, step=1)
+        bar.update(1)
+    pieces = capsys.readouterr().out.replace("\r", "\n").split("\n")
+    assert "step 1" in pieces  # a line of its own, never glued onto the bar's text
+    assert any(piece.startswith("training:") for piece in pieces)
 
 
-def test_wandb_runs_offline_without_an_api_key(monkeypatch, tmp_path):
-    calls: list = []
-    monkeypatch.setitem(sys.modules, "wandb", _fake_module("wandb", calls))
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    tracking = Tracking("proj", "exp", loggers=["wandb"], config={"trainer": {"seed": 1}}, log_dir=tmp_path)
-    tracking.log({"x": 1.0}, step=7)
+def test_a_second_run_with_the_same_name_does_not_append_to_the_first_runs_file(tmp_path, caplog):
+    with Tracking("p", "e", loggers="file", log_dir=tmp_path) as tracking:
+        tracking.log({"a": 1.0}, step=1)
+    with Tracking("p", "e", loggers="file", log_dir=tmp_path) as tracking:
+        tracking.log({"a": 2.0}, step=1)
+    assert [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        {"step": 1, "data": {"a": 2.0}}
+    ]
+    (earlier,) = tmp_path.glob("metrics.*-*.jsonl")
+    assert json.loads(earlier.read_text()) == {"step": 1, "data": {"a": 1.0}}
+    assert "held an earlier run's records" in caplog.text
+
+
+class _Broken:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def log(self, data, step):
+        self.calls += 1
+        raise OSError("disk full")
+
+
+def test_a_logger_that_fails_is_reported_once_and_the_others_go_on(tmp_path, caplog):
+    tracking = Tracking("p", "e", loggers=["file"], log_dir=tmp_path)
+    broken = tracking.loggers["broken"] = _Broken()
+    for step in (1, 2, 3):
+        tracking.log({"a": float(step)}, step=step)
     tracking.finish()
-    init = next(kwargs for name, _, kwargs in calls if name == "init")
-    assert init["mode"] == "offline" and init["project"] == "proj" and init["name"] == "exp"
-    assert init["config"] == {"trainer": {"seed": 1}}
-    assert ("run.log", ({"x": 1.0},), {"step": 7}) in calls
+    assert broken.calls == 1 and "broken" not in tracking.loggers
+    assert caplog.text.count("logger 'broken' failed in log() (OSError: disk full)") == 1
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
 
 
-def test_mlflow_uses_a_local_file_store_and_legal_metric_names(monkeypatch, tmp_path):
-    calls: list = []
-    monkeypatch.setitem(sys.modules, "mlflow", _fake_module("mlflow", calls))
+def test_a_logger_that_cannot_start_is_reported_and_left_out(tmp_path, caplog):
+    (tmp_path / "tensorboard").write_text("a file where the event folder goes")
+    pytest.importorskip("tensorboard")
+    tracking = Tracking("p", "e", loggers=["tensorboard", "file"], log_dir=tmp_path)
+    assert list(tracking.loggers) == ["file"]
+    assert "logger 'tensorboard' could not start" in caplog.text
+
+
+@pytest.mark.slow  # wandb starts its service process: ~10-20 s
+def test_wandb_writes_an_offline_run_whose_history_reads_back(monkeypatch, tmp_path, caplog):
+    pytest.importorskip("wandb")
+    from .tracker_readers import wandb_history
+
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracking = Tracking("proj", "exp", loggers=["wandb"], config={"trainer": {"seed": 1}}, log_dir=tmp_path)
+    tracking.log({"critic/score/mean": 0.25, "val-core/arith/acc/mean@4": 0.5}, step=1)
+    tracking.log({"critic/score/mean": 0.75}, step=2)
+    tracking.finish()
+    assert "logger 'wandb'" not in caplog.text  # it neither failed to start nor failed later
+    (run_folder,) = (tmp_path / "wandb").glob("offline-run-*")
+    rows = wandb_history(run_folder)
+    assert [(row["_step"], row["critic/score/mean"]) for row in rows] == [(1, 0.25), (2, 0.75)]
+    assert rows[0]["val-core/arith/acc/mean@4"] == 0.5
+
+
+@pytest.mark.slow  # a new SQLite store runs MLflow's schema migrations: ~10-60 s
+def test_mlflow_writes_a_local_sqlite_store_that_search_runs_reads_back(monkeypatch, tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    tracking = Tracking("proj", "exp", loggers=["mlflow"], config={"algorithm": {"gamma": 1.0}}, log_dir=tmp_path)
-    tracking.log({"val-core/gsm8k/reward/mean@4": 0.5}, step=2)
-    uri = next(args[0] for name, args, _ in calls if name == "set_tracking_uri")
-    assert uri.startswith("file://") and uri.endswith("/mlruns")
-    assert ("log_params", ({"algorithm.gamma": "1.0"},), {}) in calls
-    assert ("log_metrics", ({"val-core/gsm8k/reward/mean_at_4": 0.5},), {"step": 2}) in calls
-    assert MlflowLogger.metric_name("a(b)@2") == "a_b__at_2"
+    monkeypatch.chdir(tmp_path)
+    log_dir = tmp_path / "logs"
+    tracking = Tracking("proj", "exp", loggers=["mlflow"], config={"algorithm": {"gamma": 1.0}}, log_dir=log_dir)
+    step = {"timing_s/gen": 1.5, "timing_s/gen/reward": 0.5, "val-core/gsm8k/reward/mean@4": 0.25}
+    tracking.log(step, step=1)
+    tracking.log_generations([("1+1=", "2", 1.0)], step=1)
+    tracking.finish()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["logs"]  # no ./mlruns beside it
+    mlflow.set_tracking_uri(f"sqlite:///{log_dir / 'mlflow.db'}")
+    (run,) = mlflow.search_runs(experiment_names=["proj"], output_format="list")
+    assert run.data.metrics == {
+        "timing_s/gen/value": 1.5,  # a name that is also a folder of names cannot live in a file store
+        "timing_s/gen/reward": 0.5,
+        "val-core/gsm8k/reward/mean_at_4": 0.25,
+    }
+    assert run.data.params == {"algorithm.gamma": "1.0"} and run.info.run_name == "exp"
+    assert run.info.artifact_uri.startswith((log_dir / "mlartifacts").as_uri())
+
+
+def test_mlflow_names_stay_the_same_from_step_to_step():
+    names = MlflowLogger.__new__(MlflowLogger)
+    names._names = {}
+    assert names._mlflow_names(["a/b", "a/b/c", "x(y)@2"]) == ["a/b/value", "a/b/c", "x_y__at_2"]
+    assert names._mlflow_names(["a/b", "d", "a"]) == ["a/b/value", "d", "a/value"]  # "a" holds "a/b/c"
 
 
 def test_generations_are_dumped_as_one_json_line_per_sample(tmp_path):

@@ -43,7 +43,7 @@ def make_ppo_batch(batch_size: int = 8, prompt_length: int = 6, response_length:
         F.RETURNS: torch.randn(batch_size, response_length, generator=g),
     }
     uids = np.array([f"u{i // 2}" for i in range(batch_size)], dtype=object)
-    return DataProto.from_dict(tensors, {F.UID: uids}, meta_info={F.TEMPERATURE: 1.0})
+    return DataProto.from_dict(tensors, {F.UID: uids})
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.policy import PolicyModel
 from hyflow.workers.actor import DataParallelPPOActor
+from hyflow.workers.micro_batch_loop import ForwardSettings
 from hyflow.workers.optim import build_optimizer
 
 
@@ -41,8 +42,8 @@ def naive_log_probs(lm, data, temperature):
 def test_compute_log_prob_equals_a_naive_full_softmax(tiny_model_path, ppo_batch, dynamic):
     actor = build_actor(tiny_model_path)
     data = ppo_batch(batch_size=7, seed=1)
-    data.meta_info.update({F.TEMPERATURE: 0.7, F.MICRO_BATCH_SIZE: 3, F.USE_DYNAMIC_BSZ: dynamic, F.MAX_TOKEN_LEN: 20})
-    log_probs, entropys = actor.compute_log_prob(data, calculate_entropy=True)
+    settings = ForwardSettings(micro_batch_size=3, max_token_len=20 if dynamic else None, temperature=0.7)
+    log_probs, entropys = actor.compute_log_prob(data, settings, calculate_entropy=True)
     with torch.no_grad():
         expected_log_probs, expected_entropy = naive_log_probs(actor.module.lm, data, 0.7)
     is_token = data.batch[F.ATTENTION_MASK][:, -5:].float()  # padding positions are 0
@@ -167,11 +168,11 @@ def test_an_extra_batch_key_the_batch_does_not_carry_is_a_clear_error(tiny_model
 
 def test_removing_padding_gives_the_same_log_probs_and_update(tiny_model_path, ppo_batch):
     data = ppo_batch(batch_size=8, seed=5)
-    data.meta_info.update({F.MICRO_BATCH_SIZE: 3})
+    settings = ForwardSettings(micro_batch_size=3)
     results = []
     for remove_padding in (False, True):
         actor = build_actor(tiny_model_path, remove_padding=remove_padding, entropy_coeff=0.01, use_kl_loss=True)
-        log_probs, entropys = actor.compute_log_prob(copy.deepcopy(data), calculate_entropy=True)
+        log_probs, entropys = actor.compute_log_prob(copy.deepcopy(data), settings, calculate_entropy=True)
         metrics = actor.update_policy(copy.deepcopy(data))
         results.append((log_probs, entropys, metrics, [p.detach().clone() for p in actor.module.parameters()]))
     (padded_lp, padded_ent, padded_metrics, padded_params), (lp, ent, metrics, params) = results
@@ -185,17 +186,17 @@ def test_removing_padding_gives_the_same_log_probs_and_update(tiny_model_path, p
 
 def test_update_without_old_log_probs_equals_the_update_after_recomputing_them(tiny_model_path, ppo_batch):
     data = ppo_batch(batch_size=4, seed=8)  # one mini-batch of 4 rows: one optimizer step
-    data.meta_info[F.TEMPERATURE] = 0.8
     recomputed = build_actor(tiny_model_path, ppo_micro_batch_size_per_gpu=2)
     with_old = copy.deepcopy(data)
-    old_log_probs, entropys = recomputed.compute_log_prob(with_old, calculate_entropy=True)
+    settings = ForwardSettings(temperature=0.8)
+    old_log_probs, entropys = recomputed.compute_log_prob(with_old, settings, calculate_entropy=True)
     with_old.batch[F.OLD_LOG_PROBS] = old_log_probs
-    recomputed_metrics = recomputed.update_policy(with_old)
+    recomputed_metrics = recomputed.update_policy(with_old, temperature=0.8)
 
     skipped = build_actor(tiny_model_path, ppo_micro_batch_size_per_gpu=2)
     without_old = copy.deepcopy(data)
     without_old.pop(batch_keys=[F.OLD_LOG_PROBS])
-    skipped_metrics = skipped.update_policy(without_old)
+    skipped_metrics = skipped.update_policy(without_old, temperature=0.8)
 
     for name in ("actor/pg_loss", "actor/grad_norm"):
         assert skipped_metrics[name] == pytest.approx(recomputed_metrics[name], rel=1e-5, abs=1e-7), name

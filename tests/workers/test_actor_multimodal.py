@@ -11,6 +11,7 @@ from hyflow.models.multimodal import freeze_vision_tower, vision_tower
 from hyflow.models.policy import PolicyModel
 from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.workers.actor import DataParallelPPOActor
+from hyflow.workers.micro_batch_loop import ForwardSettings
 from hyflow.workers.optim import build_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -43,13 +44,11 @@ def build_actor(path, **overrides):
     return DataParallelPPOActor(config, policy, build_optimizer(policy.parameters(), config.optim), mini_batch_size=6)
 
 
-@pytest.mark.parametrize("cut", [{F.MICRO_BATCH_SIZE: 6}, {F.MICRO_BATCH_SIZE: 4}, {F.MAX_TOKEN_LEN: 80}])
+@pytest.mark.parametrize("cut", [{"micro_batch_size": 6}, {"micro_batch_size": 4}, {"max_token_len": 80}])
 def test_log_probs_with_images_equal_a_plain_transformers_forward_however_the_batch_is_cut(vlm_path, image_batch, cut):
     actor = build_actor(vlm_path)
     data = image_batch
-    data.meta_info.update({F.TEMPERATURE: 1.0, F.MICRO_BATCH_SIZE: None, F.USE_DYNAMIC_BSZ: F.MAX_TOKEN_LEN in cut})
-    data.meta_info.update(cut)
-    log_probs, _ = actor.compute_log_prob(data)
+    log_probs, _ = actor.compute_log_prob(data, ForwardSettings(**cut))
     expected = plain_transformers_log_probs(vlm_path, data)
     torch.testing.assert_close(log_probs, expected, rtol=1e-4, atol=1e-4)
 
@@ -83,7 +82,6 @@ def test_freeze_vision_tower_keeps_the_encoder_and_trains_its_merger(vlm_path, i
 
 def test_a_qwen2_5_vl_gets_the_same_treatment(tmp_path, image_batch):
     path = build_tiny_vlm(tmp_path / "qwen2.5-vl", arch="qwen2_5_vl")  # same tokenizer and processor
-    image_batch.meta_info.update({F.TEMPERATURE: 1.0, F.MICRO_BATCH_SIZE: 4, F.USE_DYNAMIC_BSZ: False})
-    log_probs, _ = build_actor(path).compute_log_prob(image_batch)
+    log_probs, _ = build_actor(path).compute_log_prob(image_batch, ForwardSettings(micro_batch_size=4))
     torch.testing.assert_close(log_probs, plain_transformers_log_probs(path, image_batch), rtol=1e-4, atol=1e-4)
     assert freeze_vision_tower(load_causal_lm(path)) > 0

@@ -86,6 +86,31 @@ def test_lora_trains_only_adapters_and_the_ref_is_the_adapter_disabled(tiny_mode
 
 
 @pytest.mark.timeout(300)
+def test_lora_starts_from_a_saved_adapter_with_the_adapters_own_settings(tiny_model_path, ppo_batch, tmp_path):
+    from hyflow.models.loader import load_causal_lm
+    from hyflow.models.lora import apply_lora
+
+    saved = apply_lora(load_causal_lm(tiny_model_path), lora_rank=2, lora_alpha=4, target_modules=["v_proj"])
+    torch.manual_seed(0)
+    for name, param in saved.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_()
+    saved.save_pretrained(tmp_path / "adapter")
+    config = actor_rollout_ref_config(tiny_model_path)  # lora_rank=0: the adapter decides
+    config.model.lora_adapter_path = str(tmp_path / "adapter")
+
+    group = make_group(config, rollout=False, ref=True)
+
+    model = group.worker.config.model
+    assert (model.lora_rank, model.lora_alpha, model.target_modules) == (2, 4, ["v_proj"])
+    assert group.worker.ref is group.worker.actor  # the ref is the base model: the adapter switched off
+    data = ppo_batch(batch_size=8, seed=2)
+    actor = group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS]
+    ref = group.compute_ref_log_prob(copy.deepcopy(data)).batch[F.REF_LOG_PROB]
+    assert not torch.allclose(actor, ref)  # the saved adapter is active from the first step
+
+
+@pytest.mark.timeout(300)
 def test_generation_uses_the_updated_actor_weights(tiny_model_path, ppo_batch):
     pytest.importorskip("hyflow.rollout.worker_rollout")
     group = make_group(actor_rollout_ref_config(tiny_model_path, lora_rank=4), rollout=True)
@@ -100,6 +125,11 @@ def test_generation_uses_the_updated_actor_weights(tiny_model_path, ppo_batch):
     recomputed = group.compute_log_prob(copy.deepcopy(generated)).batch[F.OLD_LOG_PROBS]
     mask = generated.batch[F.RESPONSE_MASK].bool()
     torch.testing.assert_close(recomputed[mask], generated.batch[F.ROLLOUT_LOG_PROBS][mask], rtol=1e-3, atol=1e-3)
+    (synced,) = generated.meta_info[F.METRICS]["rollout/weight_sync_gb"]  # one rank
+    assert synced > 0 and generated.meta_info[F.METRICS]["rollout/weight_sync_buckets"] == [0]  # one rank: no gather
+    assert generated.meta_info[F.TIMING]["gen/weight_sync"] > 0
+    again = group.generate_sequences(prompts)  # no update since: the engine holds the weights already
+    assert "rollout/weight_sync_gb" not in again.meta_info[F.METRICS]
 
 
 def test_a_method_of_a_missing_role_says_which_role_is_missing(tiny_model_path, ppo_batch):
@@ -124,3 +154,22 @@ def test_critic_worker_computes_values_and_updates(tiny_model_path, ppo_batch, t
     assert len(metrics["critic/vf_loss"]) == 1
     assert not torch.equal(group.compute_values(copy.deepcopy(data)).batch[F.VALUES], values)
     group.save_checkpoint(str(tmp_path / "critic"), global_step=1)
+
+
+@pytest.mark.timeout(300)
+def test_the_log_prob_pass_takes_its_settings_from_the_workers_config_not_from_the_batch(tiny_model_path, ppo_batch):
+    from hyflow.workers.micro_batch_loop import ForwardSettings
+
+    config = actor_rollout_ref_config(tiny_model_path)
+    config.rollout.temperature = 0.5
+    group = make_group(config, rollout=False)
+    data = ppo_batch(batch_size=4, seed=3)
+    data.meta_info[F.TEMPERATURE] = 1.0  # e.g. left there by a generation call: not the log-prob pass's business
+
+    got = group.compute_log_prob(copy.deepcopy(data)).batch[F.OLD_LOG_PROBS]
+
+    actor = group.worker.actor
+    expected, _ = actor.compute_log_prob(copy.deepcopy(data), ForwardSettings(micro_batch_size=3, temperature=0.5))
+    torch.testing.assert_close(got, expected)
+    at_one, _ = actor.compute_log_prob(copy.deepcopy(data), ForwardSettings(temperature=1.0))
+    assert not torch.allclose(got, at_one)

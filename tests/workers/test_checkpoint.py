@@ -11,7 +11,7 @@ from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.policy import PolicyModel
 from hyflow.workers.actor import DataParallelPPOActor
-from hyflow.workers.checkpoint import MARKER_FILE, CheckpointManager, read_checkpoint_info
+from hyflow.workers.checkpoint import MARKER_FILE, ShardCheckpointer, read_checkpoint_info
 from hyflow.workers.optim import build_lr_scheduler, build_optimizer
 
 
@@ -24,7 +24,7 @@ def make_actor_and_manager(path: str, seed: int = 0):
     optimizer = build_optimizer(policy.parameters(), config.optim)
     scheduler = build_lr_scheduler(optimizer, config.optim)
     actor = DataParallelPPOActor(config, policy, optimizer, mini_batch_size=4)
-    return actor, scheduler, CheckpointManager(policy, optimizer, scheduler)
+    return actor, scheduler, ShardCheckpointer(policy, optimizer, scheduler)
 
 
 def train_step(actor, scheduler, data):
@@ -97,4 +97,4 @@ def test_a_corrupt_marker_file_is_a_clear_error_naming_it(tiny_model_path, tmp_p
 def test_unknown_checkpoint_contents_are_rejected_with_the_allowed_list(tiny_model_path):
     actor, _, _ = make_actor_and_manager(tiny_model_path)
     with pytest.raises(ValueError, match="allowed"):
-        CheckpointManager(actor.module, save_contents=["model", "weights"])
+        ShardCheckpointer(actor.module, save_contents=["model", "weights"])

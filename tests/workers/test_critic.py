@@ -11,6 +11,7 @@ from hyflow.config.critic import CriticConfig
 from hyflow.models.loader import load_value_model
 from hyflow.models.value_head import save_value_head
 from hyflow.workers.critic import DataParallelPPOCritic
+from hyflow.workers.micro_batch_loop import ForwardSettings
 from hyflow.workers.optim import build_optimizer
 
 
@@ -33,8 +34,7 @@ def test_values_are_read_one_position_before_each_response_token(tiny_model_path
     critic = build_critic(tiny_model_path)
     torch.nn.init.normal_(critic.module.value_head.weight)
     data = ppo_batch(batch_size=3, seed=1)
-    data.meta_info[F.MICRO_BATCH_SIZE] = 2
-    values = critic.compute_values(data)
+    values = critic.compute_values(data, ForwardSettings(micro_batch_size=2))
     batch = data.batch
     with torch.no_grad():
         full = critic.module(batch[F.INPUT_IDS], batch[F.ATTENTION_MASK], batch[F.POSITION_IDS])
@@ -69,7 +69,6 @@ def test_value_head_is_restored_from_the_model_folder(tiny_model_path, tmp_path)
 
 def test_removing_padding_gives_the_same_values_and_update(tiny_model_path, ppo_batch):
     data = ppo_batch(batch_size=8, seed=6)
-    data.meta_info.update({F.MICRO_BATCH_SIZE: 3})
     results = []
     for remove_padding in (False, True):
         torch.manual_seed(0)
@@ -77,7 +76,7 @@ def test_removing_padding_gives_the_same_values_and_update(tiny_model_path, ppo_
         torch.nn.init.normal_(critic.module.value_head.weight, std=0.1)  # a zero head would hide differences
         if remove_padding:
             critic.module.enable_remove_padding()
-        values = critic.compute_values(copy.deepcopy(data))
+        values = critic.compute_values(copy.deepcopy(data), ForwardSettings(micro_batch_size=3))
         metrics = critic.update_critic(copy.deepcopy(data))
         results.append((values, metrics, [p.detach().clone() for p in critic.module.parameters()]))
     (padded_values, padded_metrics, padded_params), (values, metrics, params) = results

@@ -8,6 +8,7 @@ from hyflow import fields as F
 from hyflow.config.critic import CriticConfig
 from hyflow.models.loader import load_value_model
 from hyflow.workers.critic import DataParallelPPOCritic
+from hyflow.workers.micro_batch_loop import ForwardSettings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -17,8 +18,7 @@ def test_critic_values_on_image_rows_equal_a_plain_forward_of_each_row_with_its_
     torch.nn.init.normal_(critic.value_head.weight, std=0.1)  # a fresh head predicts 0 everywhere
     worker = DataParallelPPOCritic(CriticConfig(), critic)
     data = image_batch
-    data.meta_info.update({F.MICRO_BATCH_SIZE: 4, F.USE_DYNAMIC_BSZ: False})
-    values = worker.compute_values(data)
+    values = worker.compute_values(data, ForwardSettings(micro_batch_size=4))
     backbone = AutoModelForImageTextToText.from_pretrained(vlm_path).model.eval()
     response_length = data.batch[F.RESPONSES].shape[1]
     for i in range(len(data)):

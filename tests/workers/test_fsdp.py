@@ -11,7 +11,7 @@ from hyflow.config.common import FSDPConfig
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.policy import PolicyModel
 from hyflow.workers.actor import DataParallelPPOActor
-from hyflow.workers.checkpoint import CheckpointManager
+from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.fsdp import (
     apply_fsdp2,
     build_device_mesh,
@@ -52,7 +52,7 @@ def save_step_then_resume_step(rank: int, path: str, data, checkpoint_dir: str):
     results = []
     for resume in (False, True):
         actor = make_actor(path, ROWS // 2)
-        manager = CheckpointManager(actor.module, actor.optimizer)
+        manager = ShardCheckpointer(actor.module, actor.optimizer)
         if resume:
             manager.load(checkpoint_dir)
         else:

@@ -7,13 +7,13 @@ import copy
 import pytest
 import torch
 
-from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.config.common import FSDPConfig
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.policy import PolicyModel
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, iter_full_state
+from hyflow.workers.micro_batch_loop import ForwardSettings
 from hyflow.workers.optim import build_optimizer
 
 from .conftest import make_ppo_batch
@@ -30,14 +30,14 @@ pytestmark = [
 def update_on_gpus(rank: int, path: str, data, world_size: int) -> dict:
     """One PPO step over this rank's share of `data`: the log-probs before and after, the metrics and the weights."""
     shard = data.chunk(world_size)[rank]
-    shard.meta_info[F.MICRO_BATCH_SIZE] = 2  # log-probs in micro-batches of the update's size
+    settings = ForwardSettings(micro_batch_size=2)  # log-probs in micro-batches of the update's size
     config = ActorConfig(ppo_epochs=1, ppo_micro_batch_size_per_gpu=2, use_kl_loss=True, entropy_coeff=0.01)
     config.optim.lr = LR
     policy = apply_fsdp2(PolicyModel(load_causal_lm(path), chunk_size=5), FSDPConfig(), build_device_mesh())
     actor = DataParallelPPOActor(config, policy, build_optimizer(policy.parameters(), config.optim), ROWS // world_size)
-    before, _ = actor.compute_log_prob(copy.deepcopy(shard))
+    before, _ = actor.compute_log_prob(copy.deepcopy(shard), settings)
     metrics = actor.update_policy(copy.deepcopy(shard))
-    after, _ = actor.compute_log_prob(copy.deepcopy(shard))
+    after, _ = actor.compute_log_prob(copy.deepcopy(shard), settings)
     params = {name: tensor.detach().float().cpu() for name, tensor in iter_full_state(actor.module)}
     return {"before": before.cpu(), "after": after.cpu(), "metrics": metrics, "params": params}
 

@@ -58,11 +58,15 @@ def test_merge_folds_trained_lora_adapters_into_a_loadable_hf_folder(tiny_model_
     assert set(folded) <= set(merged.state_dict())
 
 
-def test_merge_refuses_an_existing_output_and_an_incomplete_checkpoint(tmp_path):
+def test_merge_refuses_an_existing_output_and_an_incomplete_checkpoint_in_one_line(tmp_path, capsys):
     (tmp_path / "ckpt").mkdir()
-    with pytest.raises(ValueError, match="incomplete"):
-        hyflow_main(["merge", str(tmp_path / "ckpt"), str(tmp_path / "out")])
+    assert hyflow_main(["merge", str(tmp_path / "ckpt"), str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
+    (tmp_path / "out").mkdir()
+    assert hyflow_main(["merge", str(tmp_path / "ckpt"), str(tmp_path / "out")]) == 2
+    incomplete, existing = capsys.readouterr().err.splitlines()  # one line each, no traceback
+    assert incomplete.startswith("hyflow merge: ") and "incomplete" in incomplete
+    assert existing.startswith("hyflow merge: output") and "already exists" in existing
 
 
 @pytest.mark.timeout(300)

@@ -11,7 +11,7 @@ from hyflow import fields as F
 from hyflow.algorithms import agg_loss
 from hyflow.models.packing import pack_rows
 from hyflow.workers.batching import restore_order
-from hyflow.workers.micro_batch_loop import forward_without_grad, run_ppo_epochs
+from hyflow.workers.micro_batch_loop import ForwardSettings, forward_without_grad, run_ppo_epochs
 
 VOCAB = 500
 
@@ -76,12 +76,12 @@ def test_the_update_does_not_depend_on_the_micro_batch_size(ppo_batch):
 def test_forward_without_grad_keeps_row_order_restores_train_mode_and_builds_no_graph(ppo_batch):
     batch = ppo_batch(batch_size=6).batch
     module = torch.nn.Embedding(VOCAB, 1).train()
-    meta_info = {F.MICRO_BATCH_SIZE: 4}
+    settings = ForwardSettings(micro_batch_size=4)
 
     def first_token_score(micro, packed):
         return module(micro[F.RESPONSES][:, 0])
 
-    outputs, bins = forward_without_grad(module, batch, meta_info, torch.device("cpu"), first_token_score)
+    outputs, bins = forward_without_grad(module, batch, settings, torch.device("cpu"), first_token_score)
     assert module.training
     assert not any(output.requires_grad for output in outputs)
     assert torch.equal(restore_order(outputs, bins), module(batch[F.RESPONSES][:, 0]).detach())
@@ -96,11 +96,11 @@ def test_a_module_that_removes_padding_gets_each_micro_batch_packed_on_the_host(
         seen.append((micro, packed))
         return module(micro[F.RESPONSES][:, 0])
 
-    forward_without_grad(module, batch, {F.MICRO_BATCH_SIZE: 4}, torch.device("cpu"), record)
+    forward_without_grad(module, batch, ForwardSettings(micro_batch_size=4), torch.device("cpu"), record)
     assert [packed for _, packed in seen] == [None, None]  # a module that keeps padding gets no packing
     module.remove_padding = True
     seen.clear()
-    forward_without_grad(module, batch, {F.MICRO_BATCH_SIZE: 4}, torch.device("cpu"), record)
+    forward_without_grad(module, batch, ForwardSettings(micro_batch_size=4), torch.device("cpu"), record)
     for micro, packed in seen:  # the micro-batch as trimmed, packed with its response tokens
         expected = pack_rows(micro[F.ATTENTION_MASK], micro[F.RESPONSES].shape[1])
         assert torch.equal(packed.indices, expected.indices) and torch.equal(packed.sources, expected.sources)

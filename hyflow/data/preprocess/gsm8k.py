@@ -22,7 +22,8 @@ def extract_ground_truth(answer: str) -> str:
 
 
 def to_row(record: dict[str, Any], split: str, index: int, source: str = "gsm8k") -> dict[str, Any]:
-    """One raw GSM8K record as a schema row; the raw question and answer are kept in `extra_info`."""
+    """One raw GSM8K record as a schema row; `extra_info` is verl's: split, index, the raw answer, the question
+    (in that order, so a file made here concatenates with one made by verl's `gsm8k.py`)."""
     question = require_field(record, "question", source, index)
     answer = require_field(record, "answer", source, index)
     return make_row(
@@ -32,8 +33,8 @@ def to_row(record: dict[str, Any], split: str, index: int, source: str = "gsm8k"
         extract_ground_truth(answer),
         split,
         index,
-        question=question,
         answer=answer,
+        question=question,
     )
 
 

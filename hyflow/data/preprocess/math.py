@@ -12,31 +12,28 @@ import os
 from typing import Any
 
 from hyflow.data.preprocess.common import convert_raw_splits, make_row, require_field
-from hyflow.reward.scorers.math import last_boxed_only_string
+from hyflow.reward.scorers.math import last_boxed_only_string, remove_boxed
 
 DATA_SOURCE = "lighteval/MATH"
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
 
 def to_row(record: dict[str, Any], split: str, index: int, source: str = "math") -> dict[str, Any] | None:
-    """One raw MATH record as a schema row, or None when its solution has no boxed answer."""
+    """One raw MATH record as a schema row, or None when its solution has no `\\boxed{}` answer.
+
+    The ground truth is the boxed answer as verl extracts it; `extra_info` has verl's fields only (`split`,
+    `index`), so a file made here concatenates with one made by verl's `math_dataset.py`.
+    """
     problem = require_field(record, "problem", source, index)
     solution = require_field(record, "solution", source, index)
-    answer = last_boxed_only_string(solution)
+    boxed = last_boxed_only_string(solution)
+    try:
+        answer = None if boxed is None else remove_boxed(boxed)
+    except ValueError:  # an `\fbox{}` answer, which verl's extraction cannot read either
+        answer = None
     if answer is None:
         return None
-    extra = {key: record[key] for key in ("level", "type") if key in record}
-    return make_row(
-        DATA_SOURCE,
-        f"{problem} {INSTRUCTION}",
-        "math",
-        answer,
-        split,
-        index,
-        problem=problem,
-        solution=solution,
-        **extra,
-    )
+    return make_row(DATA_SOURCE, f"{problem} {INSTRUCTION}", "math", answer, split, index)
 
 
 def make_splits(input_path: str | os.PathLike, seed: int = 0, test_fraction: float = 0.1) -> dict[str, list[dict]]:

@@ -36,13 +36,20 @@ class DAPORewardManager(NaiveRewardManager):
         num_examine: int = 0,
         compute_score: Any = None,
         reward_fn_key: str = "data_source",
-        max_response_length: int | None = None,
-        overlong_buffer_len: int = 0,
-        penalty_factor: float = 1.0,
-        enable_overlong_buffer: bool = False,
+        max_resp_len: int | None = None,
+        overlong_buffer_cfg: Any = None,
         **failure_settings: Any,
     ) -> None:
+        """verl's signature: `overlong_buffer_cfg` has `enable`, `len` and `penalty_factor` (an object or a dict,
+        e.g. `config.reward_model.overlong_buffer`); None means no penalty. `max_resp_len` is the response limit."""
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **failure_settings)
+        buffer = overlong_buffer_cfg if overlong_buffer_cfg is not None else {}
+
+        def setting(key: str, default: Any) -> Any:
+            return buffer.get(key, default) if isinstance(buffer, dict) else getattr(buffer, key, default)
+
+        enable_overlong_buffer, overlong_buffer_len = bool(setting("enable", False)), int(setting("len", 0))
+        penalty_factor, max_response_length = float(setting("penalty_factor", 1.0)), max_resp_len
         valid_buffer = max_response_length is not None and 0 < overlong_buffer_len <= max_response_length
         if enable_overlong_buffer and not valid_buffer:
             raise ValueError(
@@ -55,16 +62,13 @@ class DAPORewardManager(NaiveRewardManager):
 
     @classmethod
     def from_config(cls, config: Any, tokenizer: Any, num_examine: int, compute_score: Any) -> DAPORewardManager:
-        buffer = config.reward_model.overlong_buffer
         return cls(
             tokenizer,
             num_examine,
             compute_score,
             config.data.reward_fn_key,
-            max_response_length=config.data.max_response_length,
-            overlong_buffer_len=buffer.len,
-            penalty_factor=buffer.penalty_factor,
-            enable_overlong_buffer=buffer.enable,
+            max_resp_len=config.data.max_response_length,
+            overlong_buffer_cfg=config.reward_model.overlong_buffer,
             **cls.failure_settings(config),
         )
 

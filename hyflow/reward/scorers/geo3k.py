@@ -1,7 +1,7 @@
 """Scorer for Geometry3K (`hiyouga/geometry3k`), as verl scores it: 0.9 · accuracy + 0.1 · format.
 
 Format is 1 when the response is `<think>...</think>` followed by a `\\boxed{...}` answer; accuracy is 1 when the
-last boxed answer is equivalent to the ground truth (`hyflow.reward.scorers.math.is_equiv`).
+last boxed answer is equivalent to the ground truth (`hyflow.reward.scorers.math_verify.is_equiv`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from hyflow.reward.scorers import register_scorer
-from hyflow.reward.scorers.math import is_equiv, last_boxed_only_string
+from hyflow.reward.scorers.math_verify import is_equiv, last_boxed_only_string
 
 _FORMAT = re.compile(r"<think>.*</think>.*\\boxed\{.*\}.*", re.DOTALL)
 

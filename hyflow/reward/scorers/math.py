@@ -1,112 +1,142 @@
-"""MATH scorer: the last `\\boxed{...}` (or `\\fbox{...}`) of a response, checked against the ground truth.
+"""MATH scorer with verl's exact rules (the Hendrycks MATH string normalisation verl and lm-eval-harness use).
 
-Equivalence goes through `math-verify` (symbolic: `\\frac{1}{2}` equals `0.5`, `x(x+2)` equals `x^2+2x`) with a
-time limit, and falls back to equality of normalised strings (spaces, `\\left`/`\\right`, `dfrac`, units and
-`$` removed) when math-verify cannot parse either side.
-
-The time limit is math-verify's own SIGALRM timer, which only works in a process's main thread; elsewhere
-(threaded callers) the check runs without it, so use the `prime` reward manager, whose per-sample timeout kills
-a worker process that hangs.
+Registered for verl's MATH data sources (`lighteval/MATH`, `DigitalLearningGmbH/MATH-lighteval`,
+`HuggingFaceH4/MATH-500`), so a run ported from verl trains on the same reward. The score is 1.0 when the last
+`\\boxed{...}` (or `\\boxed x`) of the response, normalised by `strip_string`, equals the normalised ground truth
+as a string, else 0.0. Like verl: `\\fbox{}` answers score 0, a normalisation step that cannot apply falls back
+to comparing the raw strings, and "0.5" equals "\\frac{1}{2}" but "0.25" does not equal "\\frac14". For symbolic
+equivalence use `math_verify` (see docs/howto/reward_function.md, which lists what differs).
 
     from hyflow.reward.scorers import math
-    math.compute_score("so the answer is \\boxed{\\frac{1}{2}}", "0.5")   # -> 1.0
+    math.compute_score("so x = \\boxed{\\dfrac{1}{2}}", "\\frac12")   # -> 1.0
 """
 
 from __future__ import annotations
 
-import logging
-import re
-import threading
-
 from hyflow.reward.scorers import register_scorer
 
-logger = logging.getLogger(__name__)
-
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
-VERIFY_TIMEOUT_S = 5
-
-
-def _matching_brace(text: str, open_index: int) -> int | None:
-    """Index of the `}` that closes the `{` at `open_index`, or None when the braces never close."""
-    depth = 0
-    for i in range(open_index, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
+# a normalisation step that raises one of these makes verl compare the raw strings (or score 0 in compute_score)
+_NOT_APPLICABLE = (ValueError, IndexError, AttributeError, TypeError)
 
 
 def last_boxed_only_string(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` / `\\fbox{...}` (nested braces kept), or of `\\boxed 5`; else None."""
-    start = max(text.rfind(command) for command in _BOX_COMMANDS)
+    """The last `\\boxed{...}` with its braces (or `\\fbox{...}`), or `\\boxed x` up to the next `$`; else None."""
+    if "\\boxed " in text:
+        return "\\boxed " + text.split("\\boxed ")[-1].split("$")[0]
+    start = text.rfind("\\boxed")
     if start < 0:
-        return None
-    command = next(c for c in _BOX_COMMANDS if text.startswith(c, start))
-    rest_start = start + len(command)
-    if text.startswith(" ", rest_start):  # `\boxed 5`: the argument is the next word
-        words = text[rest_start:].split("$")[0].split()
-        return words[0] if words else None
-    brace = text.find("{", rest_start)
-    if brace != rest_start:
-        return None
-    close = _matching_brace(text, brace)
-    return None if close is None else text[brace + 1 : close]
+        start = text.rfind("\\fbox")
+        if start < 0:
+            return None
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if text[i] == "}" and depth == 0:
+            return text[start : i + 1]
+    return None
 
 
-_REMOVE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\$", "$", "^\\circ", "^{\\circ}", "\\%", "%")
-_UNITS = re.compile(r"\\(?:text|mbox|mathrm)\{\s*(?:units?|degrees?|cm|m|inches|feet|dollars?)\s*\}")
+def remove_boxed(boxed: str) -> str:
+    """The argument of `\\boxed x` or `\\boxed{x}`; a ValueError for anything else (such as `\\fbox{x}`)."""
+    if "\\boxed " in boxed:
+        if not boxed.startswith("\\boxed "):
+            raise ValueError(f"not a '\\boxed ' answer: {boxed!r}")
+        return boxed[len("\\boxed ") :]
+    if not (boxed.startswith("\\boxed{") and boxed.endswith("}")):
+        raise ValueError(f"not a '\\boxed{{}}' answer: {boxed!r}")
+    return boxed[len("\\boxed{") : -1]
 
 
-def normalize_answer(answer: str) -> str:
-    """A canonical string form for fallback comparison: `\\dfrac`→`\\frac`, no spaces, units, `$`, `%` or
-    `\\left`/`\\right`, `\\text{x}`→`x`, leading `0` on decimals, a trailing `.0`/`.` dropped."""
-    text = _UNITS.sub("", answer.strip())
-    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    for token in _REMOVE:
-        text = text.replace(token, "")
-    text = re.sub(r"\\text\{(.*?)\}", r"\1", text)
-    text = re.sub(r"\s+", "", text)
-    text = re.sub(r"(?<![0-9])\.([0-9])", r"0.\1", text)
-    text = re.sub(r"^([0-9]+)\.0*$", r"\1", text)
-    return text.rstrip(".")
+def _fix_sqrt(text: str) -> str:
+    """`\\sqrt3` -> `\\sqrt{3}` (one character); an IndexError when `\\sqrt` ends the string."""
+    head, *parts = text.split("\\sqrt")
+    return head + "".join("\\sqrt" + (p if p[0] == "{" else "{" + p[0] + "}" + p[1:]) for p in parts)
 
 
-def _math_verify_equal(answer: str, ground_truth: str) -> bool | None:
-    """True/False from math-verify, or None when it could not parse one side (or is not installed)."""
+def _fix_fracs(text: str) -> str:
+    """`\\frac12` -> `\\frac{1}{2}`, `\\frac1{72}` -> `\\frac{1}{72}`; unchanged when a `\\frac` has fewer than two
+    characters after it; an IndexError when `\\frac` ends the string."""
+    head, *parts = text.split("\\frac")
+    out = head
+    for part in parts:
+        if part[0] == "{":
+            out += "\\frac" + part
+        elif len(part) < 2:
+            return text
+        elif part[1] != "{":
+            out += "\\frac{" + part[0] + "}{" + part[1] + "}" + part[2:]
+        else:
+            out += "\\frac{" + part[0] + "}" + part[1:]
+    return out
+
+
+def _fix_a_slash_b(text: str) -> str:
+    """`3/4` -> `\\frac{3}{4}` for two plain integers; anything else unchanged."""
+    parts = text.split("/")
+    if len(parts) != 2:
+        return text
     try:
-        from math_verify import parse, verify
-    except ImportError:  # the fallback below still scores; math-verify is a declared dependency
-        return None
-    timeout = VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-    gold = parse("\\boxed{" + ground_truth + "}", parsing_timeout=timeout)
-    pred = parse("\\boxed{" + answer + "}", parsing_timeout=timeout)
-    if not gold or not pred:
-        return None
-    return bool(verify(gold, pred, timeout_seconds=timeout))
+        a, b = int(parts[0]), int(parts[1])
+    except ValueError:
+        return text
+    return f"\\frac{{{a}}}{{{b}}}" if text == f"{a}/{b}" else text
 
 
-def is_equiv(answer: str, ground_truth: str) -> bool:
-    """Whether two answer strings mean the same thing (math-verify first, normalised strings as fallback)."""
-    if normalize_answer(answer) == normalize_answer(ground_truth):
-        return True
-    return bool(_math_verify_equal(answer, ground_truth))
+def _remove_right_units(text: str) -> str:
+    """Drop a trailing `\\text{ unit}`; a ValueError when `\\text{ ` appears more than once."""
+    if "\\text{ " not in text:
+        return text
+    parts = text.split("\\text{ ")
+    if len(parts) != 2:
+        raise ValueError("more than one '\\text{ '")
+    return parts[0]
+
+
+def strip_string(text: str) -> str:
+    """verl's normalisation, step by step: no newlines, `\\!`, `\\left`/`\\right`, degrees, `\\$`, right units,
+    `\\%` or spaces; `\\\\` -> `\\`, `tfrac`/`dfrac` -> `frac`; a leading `0` on `.5`; `k = 5` -> `5` (a name of at
+    most two characters); `\\sqrt3`, `\\frac12`, `3/4` and `0.5` written with braces / as `\\frac{1}{2}`."""
+    for old, new in [("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac")]:
+        text = text.replace(old, new)
+    for token in ("\\left", "\\right", "^{\\circ}", "^\\circ", "\\$"):
+        text = text.replace(token, "")
+    text = _remove_right_units(text)
+    text = text.replace("\\\\%", "").replace("\\%", "")
+    text = text.replace(" .", " 0.").replace("{.", "{0.")
+    if not text:
+        return text
+    if text[0] == ".":
+        text = "0" + text
+    sides = text.split("=")
+    if len(sides) == 2 and len(sides[0]) <= 2:
+        text = sides[1]
+    text = _fix_sqrt(text) if "\\sqrt" in text else text
+    text = _fix_fracs(text.replace(" ", ""))
+    if text == "0.5":
+        text = "\\frac{1}{2}"
+    return _fix_a_slash_b(text)
+
+
+def is_equiv(answer: str | None, ground_truth: str | None) -> bool:
+    """Equal after `strip_string`; the raw strings are compared when normalising fails."""
+    if answer is None or ground_truth is None:
+        return answer is None and ground_truth is None
+    try:
+        return strip_string(answer) == strip_string(ground_truth)
+    except _NOT_APPLICABLE:
+        return answer == ground_truth
 
 
 def compute_score(solution_str: str, ground_truth: str) -> float:
-    """1.0 if the last boxed answer of `solution_str` is equivalent to `ground_truth`, else 0.0."""
-    answer = last_boxed_only_string(solution_str)
-    if answer is None:
+    """1.0 if the last boxed answer of `solution_str` is equivalent to `ground_truth` (used as given), else 0.0."""
+    try:
+        boxed = last_boxed_only_string(solution_str)
+        return 1.0 if boxed is not None and is_equiv(remove_boxed(boxed), ground_truth) else 0.0
+    except _NOT_APPLICABLE:
         return 0.0
-    truth = last_boxed_only_string(ground_truth) if "\\boxed" in ground_truth else ground_truth
-    return 1.0 if is_equiv(answer, str(truth)) else 0.0
 
 
-@register_scorer(
-    "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math", "hendrycks_math"
-)
+@register_scorer("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
 def score_math(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> float:
-    """Registry entry for MATH-style data sources."""
+    """Registry entry: verl's default for its MATH data sources."""
     return compute_score(solution_str, ground_truth)

@@ -18,9 +18,8 @@ def test_dapo_adds_the_penalty_to_the_score_and_reports_it(make_batch, tokenizer
     data = make_batch([short, long], ["3", "3"], ["arith", "arith"], response_len=16)
     lengths = data.batch["attention_mask"][:, -16:].sum(-1).tolist()
     assert lengths[0] <= 8 and lengths[1] == 16
-    manager = DAPORewardManager(
-        tokenizer, max_response_length=16, overlong_buffer_len=8, penalty_factor=0.5, enable_overlong_buffer=True
-    )
+    buffer = {"enable": True, "len": 8, "penalty_factor": 0.5}
+    manager = DAPORewardManager(tokenizer, max_resp_len=16, overlong_buffer_cfg=buffer)  # verl's keywords
     result = manager(data, return_dict=True)
     assert result["reward_tensor"].sum(-1).tolist() == pytest.approx([1.0, 0.5])
     assert result["reward_extra_info"]["overlong"] == [0.0, 1.0]
@@ -29,4 +28,4 @@ def test_dapo_adds_the_penalty_to_the_score_and_reports_it(make_batch, tokenizer
 
 def test_an_enabled_buffer_longer_than_the_response_limit_is_a_config_error(tokenizer):
     with pytest.raises(ValueError, match=r"overlong_buffer\.len=32"):
-        DAPORewardManager(tokenizer, max_response_length=16, overlong_buffer_len=32, enable_overlong_buffer=True)
+        DAPORewardManager(tokenizer, max_resp_len=16, overlong_buffer_cfg={"enable": True, "len": 32})

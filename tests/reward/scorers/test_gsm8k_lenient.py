@@ -1,8 +1,8 @@
-"""GSM8K answer extraction and scoring on tricky strings."""
+"""gsm8k_lenient: hyflow's forgiving GSM8K extraction and scoring on tricky strings."""
 
 import pytest
 
-from hyflow.reward.scorers import gsm8k
+from hyflow.reward.scorers import gsm8k_lenient as gsm8k
 
 STRICT_CASES = [
     ("She pays 5 + 7 = 12 dollars.\n#### 12", "12", 1.0),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hyflow.reward.scorers import math as math_scorer
+from hyflow.reward.scorers import math_verify as math_scorer
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,12 @@
-"""Cross-field checks and normalisation of a loaded `PPOTrainerConfig`, before any worker starts.
+"""`finalize(config)`: every value derived from others, and the checks across fields, of a loaded
+`PPOTrainerConfig`, before any worker starts. (Config *checks*; the trainer's *validation* is the loop that scores
+held-out prompts, `hyflow.trainer.stages.Validator`.)
 
-`finalize(config)` fills what verl computes at start-up (inherited keys, per-device micro-batch sizes, the device)
-and returns every broken rule as one message each. The rules, with the reason for each:
+`finalize` fills what verl computes at start-up, in this order, in this one place: the engine and device names,
+the backend, `~` in paths (`hyflow.config.files`), inherited keys, per-device micro-batch sizes. It returns every
+broken rule as one message each. The rules, with the reason for each:
 
+- ranges (`hyflow.config.ranges`): counts and learning rates positive, probabilities in (0, 1], ...
 - batch sizes: `train_batch_size * rollout.n` samples per step split into whole mini-batches of
   `ppo_mini_batch_size * rollout.n` and over the data-parallel size `nnodes * n_gpus_per_node`; each device's
   share of a mini-batch splits into whole micro-batches (unless `use_dynamic_bsz`); the token budget fits one
@@ -13,18 +17,24 @@ and returns every broken rule as one message each. The rules, with the reason fo
 - algorithm: group estimators (GRPO, RLOO, ...) compare the `rollout.n` samples of a prompt, so need n > 1; `gae`
   needs a critic; the estimator and policy loss are registered names; KL as a loss and in the reward at once
   is allowed with a warning (verl does the same; it is usually a mistake).
-- ranges: counts positive, probabilities in (0, 1], the dual-clip bound above 1, ...
+- off-policy corrections (`algorithm.rollout_correction`): see `config/rollout_correction.py`.
+- run: the backend can hold the devices (and Ray is installed for `ray`); agent loops get the raw chat; the
+  files and folders the run reads exist (`hyflow.config.files`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
-import os
 from collections.abc import Callable
 
 from hyflow.config.algorithm import GROUP_ADV_ESTIMATORS
-from hyflow.config.convert import fill_inherited, get_by_path
+from hyflow.config.convert import fill_inherited
+from hyflow.config.files import check_paths, expand_user_paths
 from hyflow.config.ppo_trainer import PPOTrainerConfig
+from hyflow.config.ranges import check_ranges
+from hyflow.config.rollout_correction import check_rollout_correction
+from hyflow.config.sequence_parallel import fold_sequence_parallel
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +42,22 @@ _ACTOR = "actor_rollout_ref.actor"
 _ROLLOUT = "actor_rollout_ref.rollout"
 
 
-def finalize(config: PPOTrainerConfig) -> list[str]:
-    """Normalise `config` in place and return the problems found (empty when it can run)."""
+def finalize(config: PPOTrainerConfig, check_files: bool = True) -> list[str]:
+    """Fill the derived values of `config` in place and return the problems found (empty when it can run).
+    `check_files=False` leaves out the file-system checks (for checking a launch line on another machine)."""
     _normalise(config)
+    expand_user_paths(config)
     fill_inherited(config)
-    problems = _check_ranges(config)
+    problems = check_ranges(config)
     if not problems:  # the batch arithmetic below divides by these counts
         _fill_micro_batch_sizes(config, problems)
     if not problems:
         problems += _check_batch_sizes(config)
     problems += _check_algorithm(config)
-    problems += _check_cluster_and_files(config)
+    problems += check_rollout_correction(config)
+    problems += _check_run(config)
+    if check_files:
+        problems += check_paths(config)
     _warn_on_doubtful_combinations(config)
     return problems
 
@@ -53,8 +68,9 @@ def data_parallel_size(config: PPOTrainerConfig) -> int:
 
 
 def _normalise(config: PPOTrainerConfig) -> None:
+    fold_sequence_parallel(config)  # verl's Ulysses sizes, read as plain data parallelism
     rollout = config.actor_rollout_ref.rollout
-    if rollout.name in ("vllm", "sglang"):
+    if rollout.name in ("vllm", "sglang", "trtllm"):
         logger.warning(
             "config: %s.name=%s: hyflow runs this on its own generation engine (name=hyflow); "
             "the sampling settings mean the same.",
@@ -66,58 +82,8 @@ def _normalise(config: PPOTrainerConfig) -> None:
         import torch
 
         config.trainer.device = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-# ---------------------------------------------------------------------------------------------- ranges
-
-
-def _positive(problems: list[str], key: str, value: int | float | None, allow_minus_one: bool = False) -> None:
-    if value is None or value > 0 or (allow_minus_one and value == -1):
-        return
-    extra = " (or -1 for the default)" if allow_minus_one else ""
-    problems.append(f"{key}={value!r} must be positive{extra}. Fix: set {key} to a value above 0.")
-
-
-# keys that must be > 0 when set (None means "not set" or "inherit")
-_POSITIVE_KEYS = [
-    *(f"data.{name}" for name in ("train_batch_size", "val_batch_size", "max_prompt_length", "max_response_length")),
-    *(f"{_ACTOR}.{name}" for name in ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
-                                      "ppo_epochs", "ppo_max_token_len_per_gpu")),
-    *(f"{_ROLLOUT}.{name}" for name in ("n", "val_kwargs.n", "tensor_model_parallel_size", "log_prob_micro_batch_size",
-                                        "log_prob_micro_batch_size_per_gpu")),
-    "actor_rollout_ref.ref.log_prob_micro_batch_size",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-    *(f"critic.{name}" for name in ("ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
-                                    "forward_micro_batch_size", "forward_micro_batch_size_per_gpu", "ppo_epochs")),
-    "reward_model.micro_batch_size",
-    "reward_model.micro_batch_size_per_gpu",
-    *(f"trainer.{name}" for name in ("nnodes", "n_gpus_per_node", "total_epochs", "total_training_steps")),
-]  # fmt: skip
-
-
-def _check_ranges(config: PPOTrainerConfig) -> list[str]:
-    problems: list[str] = []
-    trainer, actor, rollout = config.trainer, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
-    for key in _POSITIVE_KEYS:
-        _positive(problems, key, get_by_path(config, key))
-    _positive(problems, "trainer.save_freq", trainer.save_freq, allow_minus_one=True)
-    _positive(problems, "trainer.test_freq", trainer.test_freq, allow_minus_one=True)
-    for key, value in [
-        (f"{_ROLLOUT}.top_p", rollout.top_p),
-        (f"{_ROLLOUT}.val_kwargs.top_p", rollout.val_kwargs.top_p),
-        (f"{_ROLLOUT}.gpu_memory_utilization", rollout.gpu_memory_utilization),
-    ]:
-        if not 0.0 < value <= 1.0:
-            problems.append(f"{key}={value!r} must be in (0, 1]. Fix: set {key} to a fraction such as 1.0 or 0.5.")
-    for key, value in [(f"{_ROLLOUT}.temperature", rollout.temperature), (f"{_ACTOR}.clip_ratio", actor.clip_ratio)]:
-        if value < 0:
-            problems.append(f"{key}={value!r} must not be negative. Fix: set {key} to 0 or more.")
-    if actor.clip_ratio_c <= 1.0:
-        problems.append(
-            f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c!r} must be above 1.0: dual-clip bounds the ratio of "
-            f"negative-advantage tokens from above by clip_ratio_c. Fix: set it above 1 (verl's default: 3.0)."
-        )
-    return problems
+    if config.trainer.backend == "auto":
+        config.trainer.backend = "local" if data_parallel_size(config) == 1 else "ray"
 
 
 # ---------------------------------------------------------------------------------------------- batch sizes
@@ -288,7 +254,7 @@ def _check_algorithm(config: PPOTrainerConfig) -> list[str]:
     return problems
 
 
-def _check_cluster_and_files(config: PPOTrainerConfig) -> list[str]:
+def _check_run(config: PPOTrainerConfig) -> list[str]:
     problems: list[str] = []
     trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
     dp = data_parallel_size(config)
@@ -297,17 +263,32 @@ def _check_cluster_and_files(config: PPOTrainerConfig) -> list[str]:
             f"trainer.backend='local' runs one process, but trainer.nnodes * trainer.n_gpus_per_node = {dp}. "
             "Fix: set trainer.nnodes=1 trainer.n_gpus_per_node=1, or trainer.backend=ray."
         )
+    if trainer.backend == "ray" and importlib.util.find_spec("ray") is None:
+        problems.append(
+            "trainer.backend='ray' needs Ray, which is not installed. Fix: pip install 'hyflow[ray]', or set "
+            "trainer.backend=local (one process: trainer.nnodes=1 trainer.n_gpus_per_node=1)."
+        )
     if dp % rollout.tensor_model_parallel_size:
         problems.append(
             f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide the number of "
             f"devices {dp} (trainer.nnodes * trainer.n_gpus_per_node). Fix: pick a divisor of {dp} (e.g. 1)."
         )
-    if rollout.tensor_model_parallel_size > 1 and rollout.multi_turn.enable:
+    if rollout.multi_turn.enable and rollout.tensor_model_parallel_size > 1:
         problems.append(
             f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} with "
             f"{_ROLLOUT}.multi_turn.enable=True: agent loops use the engine's per-request API, which a "
             "tensor-parallel engine does not serve (its ranks could see requests in different orders). "
             "Fix: set tensor_model_parallel_size=1 for multi-turn rollouts."
+        )
+    if rollout.multi_turn.enable and not config.data.return_raw_chat:
+        problems.append(
+            f"{_ROLLOUT}.multi_turn.enable=True: agent loops read the chat messages, so data.return_raw_chat must "
+            "be True (it is False). Fix: set data.return_raw_chat=True."
+        )
+    if trainer.val_only and not config.data.val_files:
+        problems.append(
+            "trainer.val_only=True validates without training, but data.val_files is not set. "
+            "Fix: set data.val_files, or trainer.val_only=False."
         )
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         problems.append(
@@ -319,14 +300,6 @@ def _check_cluster_and_files(config: PPOTrainerConfig) -> list[str]:
             "reward_model.enable=True needs reward_model.model.path (a sequence-classification checkpoint), "
             "but it is None. Fix: set reward_model.model.path, or reward_model.enable=False."
         )
-    for key, path in [
-        ("custom_reward_function.path", config.custom_reward_function.path),
-        (f"{_ROLLOUT}.multi_turn.tool_config_path", rollout.multi_turn.tool_config_path),
-        (f"{_ROLLOUT}.multi_turn.interaction_config_path", rollout.multi_turn.interaction_config_path),
-        (f"{_ROLLOUT}.agent.agent_loop_config_path", rollout.agent.agent_loop_config_path),
-    ]:
-        if path and not os.path.isfile(os.path.expanduser(path)):
-            problems.append(f"{key}={path!r} is not a file. Fix: point {key} at an existing local file.")
     return problems
 
 

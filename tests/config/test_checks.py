@@ -131,7 +131,12 @@ def test_tensor_parallel_size_must_divide_the_devices():
 
 
 def test_multi_turn_rollouts_need_tensor_parallel_size_one():
-    overrides = ["trainer.backend=ray", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.multi_turn.enable=True"]
+    overrides = [
+        "trainer.backend=ray",
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        "data.return_raw_chat=True",
+    ]
     problems = _problems([*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
 
     assert any("multi_turn.enable=True: agent loops use the engine's per-request API" in p for p in problems)
@@ -142,9 +147,9 @@ def test_multi_turn_rollouts_need_tensor_parallel_size_one():
     ("override", "expected"),
     [
         ("actor_rollout_ref.rollout.top_p=0", "top_p=0.0 must be in (0, 1]"),
-        ("actor_rollout_ref.rollout.temperature=-1", "temperature=-1.0 must not be negative"),
-        ("actor_rollout_ref.actor.clip_ratio_c=1", "clip_ratio_c=1.0 must be above 1.0"),
-        ("trainer.save_freq=0", "trainer.save_freq=0 must be positive (or -1 for the default)"),
+        ("actor_rollout_ref.rollout.temperature=-1", "temperature=-1.0 must be 0 or more"),
+        ("actor_rollout_ref.actor.clip_ratio_c=1", "clip_ratio_c=1.0 must be above 1"),
+        ("trainer.save_freq=0", "trainer.save_freq=0 must be positive (> 0) or -1"),
         ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be positive"),
     ],
 )
@@ -193,3 +198,37 @@ def test_a_recompute_old_log_prob_that_is_neither_auto_nor_a_bool_is_rejected():
 
     assert "actor_rollout_ref.actor.recompute_old_log_prob='sometimes'" in problem
     assert "'auto' or true or false" in problem
+
+
+def test_validation_only_without_validation_files_is_rejected_at_load():
+    (problem,) = _problems([*GRPO, "trainer.val_only=True"])
+
+    assert "trainer.val_only=True validates without training, but data.val_files is not set" in problem
+
+
+def test_agent_loops_without_the_raw_chat_are_rejected_at_load_with_the_fix():
+    (problem,) = _problems([*GRPO, "actor_rollout_ref.rollout.multi_turn.enable=True"])
+
+    assert "multi_turn.enable=True: agent loops read the chat messages" in problem
+    assert problem.endswith("Fix: set data.return_raw_chat=True.")
+    assert load_config([*GRPO, "actor_rollout_ref.rollout.multi_turn.enable=True", "data.return_raw_chat=True"])
+
+
+def test_the_backend_is_local_for_a_one_process_run_and_ray_for_more():
+    assert load_config(GRPO).trainer.backend == "local"  # the default: auto, one device
+    assert load_config([*GRPO, "trainer.n_gpus_per_node=2"]).trainer.backend == "ray"
+    assert load_config([*GRPO, "trainer.backend=ray"]).trainer.backend == "ray"  # explicit wins
+
+
+def test_the_ray_backend_without_ray_installed_names_both_fixes(monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real_find_spec(name, *a)
+    )
+
+    (problem,) = _problems([*GRPO, "trainer.n_gpus_per_node=2"])
+
+    assert "trainer.backend='ray' needs Ray, which is not installed" in problem
+    assert "pip install 'hyflow[ray]'" in problem and "trainer.backend=local" in problem

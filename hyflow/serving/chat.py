@@ -1,0 +1,161 @@
+"""`POST /v1/chat/completions`: messages through the tokenizer's chat template (with the tools), `n` samples;
+the whole response, or a stream of chunks.
+
+Tools: with `tool_choice` "auto" (the default when tools are given) the reply's text is read by the server's tool
+parser (`--tool-call-parser`, the agent loop's registry); "required" starts the assistant turn with the parser's
+opening tag and a named choice also with the function's name, so the model continues a call; "none" renders no
+tools and reads none. A reply with calls has `tool_calls` and finish_reason "tool_calls". While streaming with
+tools, the text is held back to the end (a call is only known once it closes) and sent with the calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from hyflow.agent.chat import encode_text, render
+from hyflow.engine.sequence import CompletionOutput
+from hyflow.serving.generation import Job, generate_all, stream_all
+from hyflow.serving.requests import (
+    BadRequest,
+    chat_max_tokens,
+    check_chat,
+    check_unsupported,
+    fit_max_tokens,
+    sampling_params,
+    template_messages,
+    tool_call_prefix,
+)
+from hyflow.serving.responses import Envelope, ToolCalls, chat_log_probs, chat_message, read_tool_calls, usage
+from hyflow.serving.schema import ChatCompletionRequest
+from hyflow.serving.state import ServingState
+from hyflow.serving.text import TextStream, cut_at_stop
+
+
+@dataclass
+class _Prepared:
+    request: ChatCompletionRequest
+    job: Job
+    prefix: str  # text the assistant turn was started with (a forced tool call), "" otherwise
+    reads_tools: bool
+    envelope: Envelope
+
+    @property
+    def stops(self) -> list[str]:
+        return self.job[1].stop
+
+
+def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
+    check_unsupported(request)
+    parser = state.tool_parser
+    check_chat(request, type(parser).__name__ if parser is not None else None)
+    if request.top_logprobs and not request.logprobs:
+        raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
+    reads_tools = bool(request.tools) and request.tool_choice != "none"
+    tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if reads_tools else None
+    prefix = ""
+    if reads_tools and request.tool_choice not in (None, "auto"):
+        open_tag = getattr(parser, "OPEN", None)
+        if open_tag is None:
+            raise BadRequest(f"tool_choice={request.tool_choice!r} needs a parser with an opening tag", "tool_choice")
+        prefix = tool_call_prefix(request.tool_choice, open_tag)
+    try:
+        text = render(state.tokenizer, template_messages(request.messages), tools, request.add_generation_prompt)
+    except BadRequest:
+        raise
+    except Exception as error:  # the template's complaint is about the client's messages
+        raise BadRequest(f"the chat template rejected the messages: {error}", "messages") from error
+    ids = encode_text(state.tokenizer, text + prefix)
+    max_tokens = fit_max_tokens(len(ids), chat_max_tokens(request), state.max_model_len)
+    top = (request.top_logprobs or 0) if request.logprobs else 0
+    job = (ids, sampling_params(request, max_tokens, top))
+    return _Prepared(request, job, prefix, reads_tools, Envelope("chat.completion", state.model_name))
+
+
+def _reply(state: ServingState, prepared: _Prepared, text: str) -> tuple[dict[str, Any], str | None]:
+    tools: ToolCalls | None = None
+    if prepared.reads_tools:
+        parallel = prepared.request.parallel_tool_calls is not False
+        tools = read_tool_calls(state.tool_parser, prepared.prefix + text, parallel)
+    return chat_message(text, tools)
+
+
+def _extras(prepared: _Prepared, out: CompletionOutput) -> dict[str, Any]:
+    if not prepared.request.return_token_ids:
+        return {}
+    return {"token_ids": out.token_ids, "token_log_probs": out.log_probs, "prompt_token_ids": prepared.job[0]}
+
+
+async def create_chat_completion(state: ServingState, request: ChatCompletionRequest) -> dict[str, Any]:
+    prepared = _prepare(state, request)
+    (result,) = await generate_all(state.async_engine, [prepared.job], state.metrics)
+    choices = []
+    for out in result.outputs:
+        text, _ = cut_at_stop(out.text or "", prepared.stops, request.include_stop_str_in_output)
+        message, reason = _reply(state, prepared, text)
+        log_probs = chat_log_probs(state.tokenizer, out, 0, len(out.token_ids)) if request.logprobs else None
+        choice = {"index": out.index, "message": message, "finish_reason": reason or out.finish_reason}
+        choices.append({**choice, "logprobs": log_probs, **_extras(prepared, out)})
+    completion_tokens = sum(len(out.token_ids) for out in result.outputs)
+    return prepared.envelope.body(choices, usage(len(prepared.job[0]), completion_tokens))
+
+
+async def stream_chat_completion(state: ServingState, request: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
+    """Chunks: the role first, then each choice's settled new text with its tokens' log-probs, the finish_reason
+    in its last chunk (with the tool calls, when it has any), then the usage chunk if asked for."""
+    prepared = _prepare(state, request)
+    envelope = prepared.envelope
+    streams: dict[int, TextStream] = {}
+    sent: dict[int, int] = {}
+    yield envelope.body(
+        [{"index": k, "delta": {"role": "assistant", "content": ""}, "finish_reason": None} for k in range(request.n)],
+        None,
+        chunk=True,
+    )
+    async for _, result in stream_all(state.async_engine, [prepared.job], state.metrics):
+        choices = []
+        for out in result.outputs:
+            if out.index in streams and streams[out.index] is None:
+                continue  # finished earlier
+            choice = _stream_choice(state, prepared, out, streams, sent)
+            if choice is not None:
+                choices.append(choice)
+        if choices:
+            yield envelope.body(choices, None, chunk=True)
+    options = request.stream_options
+    if options is not None and options.include_usage:
+        yield envelope.body([], usage(len(prepared.job[0]), sum(sent.values())), chunk=True)
+
+
+def _stream_choice(
+    state: ServingState,
+    prepared: _Prepared,
+    out: CompletionOutput,
+    streams: dict[int, TextStream | None],
+    sent: dict[int, int],
+) -> dict[str, Any] | None:
+    request, final = prepared.request, out.finish_reason is not None
+    stream = streams.get(out.index) or TextStream(prepared.stops, request.include_stop_str_in_output)
+    streams[out.index] = None if final else stream
+    start, end = sent.get(out.index, 0), len(out.token_ids)
+    if prepared.reads_tools and not final:
+        return None  # held back: a call is only known once it closes (and its tokens' log-probs go with it)
+    text = out.text if out.text is not None else state.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+    if prepared.reads_tools:
+        full, _ = cut_at_stop(text, prepared.stops, request.include_stop_str_in_output)
+        message, reason = _reply(state, prepared, full)
+        delta = {"content": message["content"]}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        start = 0
+    else:
+        delta, reason = {"content": stream.delta(text, final)}, None
+        if not delta["content"] and not final and start == end:
+            return None
+    sent[out.index] = end
+    log_probs = chat_log_probs(state.tokenizer, out, start, end) if request.logprobs else None
+    choice = {"index": out.index, "delta": delta, "logprobs": log_probs, "finish_reason": reason or out.finish_reason}
+    if request.return_token_ids:
+        choice["token_ids"] = out.token_ids[start:end]
+    return choice

@@ -1,0 +1,79 @@
+"""Running a request's prompts on the async engine: all at once to the end, or as a merged stream of outputs.
+
+Both map the engine's ValueError (a bad prompt or sampling parameter) to `BadRequest`; a cancelled caller (client
+gone, timeout) cancels its engine requests, which aborts them (AsyncLLMEngine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.config import SamplingParams
+from hyflow.engine.sequence import RequestOutput
+from hyflow.serving.metrics import ServerMetrics
+from hyflow.serving.requests import BadRequest
+from hyflow.serving.responses import new_id
+
+Job = tuple[list[int], SamplingParams]
+
+
+def _count(metrics: ServerMetrics, output: RequestOutput) -> None:
+    metrics.count_tokens(len(output.prompt_token_ids), sum(len(out.token_ids) for out in output.outputs))
+
+
+async def generate_all(engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerMetrics) -> list[RequestOutput]:
+    """The final outputs of every job, in order."""
+    tasks = [asyncio.ensure_future(engine.generate(ids, params, request_id=new_id("req"))) for ids, params in jobs]
+    try:
+        outputs = list(await asyncio.gather(*tasks))
+        for output in outputs:
+            _count(metrics, output)
+        return outputs
+    except ValueError as error:
+        raise BadRequest(str(error)) from error
+    finally:
+        for task in tasks:
+            task.cancel()  # a no-op for the finished; aborts the others when one failed or the caller is gone
+
+
+async def stream_all(
+    engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerMetrics
+) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """(job index, its output so far) as the engine produces them, merged over the jobs; each job's last item is
+    its final output (`output.finished`)."""
+    if len(jobs) == 1:  # the usual case, without the merge
+        try:
+            async for output in engine.stream(*jobs[0], request_id=new_id("req")):
+                if output.finished:
+                    _count(metrics, output)
+                yield 0, output
+        except ValueError as error:
+            raise BadRequest(str(error)) from error
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, ids: list[int], params: SamplingParams) -> None:
+        try:
+            async for output in engine.stream(ids, params, request_id=new_id("req")):
+                queue.put_nowait((index, output))
+        except Exception as error:
+            queue.put_nowait((index, error))
+
+    tasks = [asyncio.create_task(pump(i, ids, params)) for i, (ids, params) in enumerate(jobs)]
+    try:
+        remaining = len(jobs)
+        while remaining:
+            index, item = await queue.get()
+            if isinstance(item, ValueError):
+                raise BadRequest(str(item)) from item
+            if isinstance(item, Exception):
+                raise item
+            if item.finished:
+                remaining -= 1
+                _count(metrics, item)
+            yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()

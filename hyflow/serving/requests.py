@@ -1,0 +1,199 @@
+"""From an OpenAI request to what the engine takes: prompt token ids and `SamplingParams`, or a `BadRequest`.
+
+The checks OpenAI's semantics need happen here, before anything reaches the engine: the prompt plus `max_tokens`
+must fit the context (`max_model_len`; an unset `max_tokens` of a chat request takes what is left), and every
+sampling key hyflow does not implement is refused with a message that names it, its value and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hyflow.engine.config import SamplingParams
+from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice
+
+
+class BadRequest(ValueError):
+    """A client mistake: HTTP 400 (or `status`) with this message."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.param, self.status = param, status
+
+
+# Keys accepted only at their neutral value: (key, neutral value, why hyflow does not implement them).
+_NEUTRAL_ONLY = [
+    ("presence_penalty", 0.0, "the engine's sampler has no penalties"),
+    ("frequency_penalty", 0.0, "the engine's sampler has no penalties"),
+    ("repetition_penalty", 1.0, "the engine's sampler has no penalties"),
+    ("min_p", 0.0, "the engine's sampler filters with top_k and top_p only"),
+    ("min_tokens", 0, "the engine does not hold back stop tokens"),
+]
+
+
+def check_unsupported(request: CompletionRequest | ChatCompletionRequest) -> None:
+    """Refuses sampling keys hyflow does not implement unless they are at their neutral value."""
+    for key, neutral, why in _NEUTRAL_ONLY:
+        value = getattr(request, key)
+        if value is not None and value != neutral:
+            raise BadRequest(
+                f"{key}={value!r} is not supported by hyflow serve ({why}); leave it out or set {neutral}", key
+            )
+    if request.logit_bias:
+        raise BadRequest(
+            "logit_bias is not supported by hyflow serve (the sampler takes no biases); leave it out", "logit_bias"
+        )
+
+
+def sampling_params(
+    request: CompletionRequest | ChatCompletionRequest, max_tokens: int, top_log_probs: int
+) -> SamplingParams:
+    """The engine's SamplingParams of a checked request."""
+    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    try:
+        return SamplingParams(
+            n=request.n,
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=request.top_k,
+            max_tokens=max_tokens,
+            stop=stop,
+            stop_token_ids=list(request.stop_token_ids or []),
+            ignore_eos=request.ignore_eos,
+            seed=request.seed,
+            top_log_probs=top_log_probs,
+        )
+    except ValueError as error:
+        raise BadRequest(str(error)) from error
+
+
+def fit_max_tokens(prompt_len: int, max_tokens: int | None, max_model_len: int) -> int:
+    """`max_tokens` checked against the context: a 400 naming the limit when prompt + completion do not fit;
+    None takes what the context leaves."""
+    if prompt_len >= max_model_len:
+        raise BadRequest(
+            f"This model's maximum context length is {max_model_len} tokens, but the prompt has {prompt_len} "
+            "tokens and at least one must be generated. Shorten the prompt.",
+            "messages",
+        )
+    if max_tokens is None:
+        return max_model_len - prompt_len
+    if prompt_len + max_tokens > max_model_len:
+        raise BadRequest(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion). "
+            f"Lower max_tokens to at most {max_model_len - prompt_len} or shorten the prompt.",
+            "max_tokens",
+        )
+    return max_tokens
+
+
+@dataclass
+class CompletionPrompts:
+    token_ids: list[list[int]]
+    texts: list[str]  # the prompts as text (for `echo`)
+
+
+def completion_prompts(request: CompletionRequest, tokenizer: Any) -> CompletionPrompts:
+    """The prompts of a completion request (text, token ids, or a list of either) as token ids and text."""
+    prompt = request.prompt
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        prompt = [prompt]
+    if not prompt:
+        raise BadRequest("'prompt' is empty; give a string, a list of token ids, or a list of either", "prompt")
+    ids, texts = [], []
+    for item in prompt:
+        if isinstance(item, str):
+            ids.append(list(tokenizer.encode(item, add_special_tokens=False)))
+            texts.append(item)
+        else:
+            if not item:
+                raise BadRequest("a prompt of token ids is empty; give at least one token id", "prompt")
+            ids.append(list(item))
+            texts.append(tokenizer.decode(item))
+    if request.echo and request.logprobs is not None:
+        raise BadRequest(
+            "echo=true with logprobs needs the prompt's log-probs, which hyflow's engine does not compute; "
+            "leave out one of the two",
+            "echo",
+        )
+    if request.best_of not in (None, request.n):
+        raise BadRequest(
+            f"best_of={request.best_of} is not supported; leave it out or set it to n={request.n}", "best_of"
+        )
+    if request.suffix:
+        raise BadRequest("suffix (insertion) is not supported by hyflow serve; leave it out", "suffix")
+    return CompletionPrompts(ids, texts)
+
+
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as the chat template reads them: content parts joined, tool-call arguments parsed from JSON."""
+    rendered = []
+    for index, message in enumerate(messages):
+        content = message.content
+        if isinstance(content, list):
+            content = "\n".join(part.text for part in content)
+        entry: dict[str, Any] = {"role": message.role, "content": content or ""}
+        if message.name:
+            entry["name"] = message.name
+        if message.tool_call_id:
+            entry["tool_call_id"] = message.tool_call_id
+        if message.tool_calls:
+            entry["tool_calls"] = [_template_tool_call(call, index) for call in message.tool_calls]
+        rendered.append(entry)
+    return rendered
+
+
+def _template_tool_call(call: Any, index: int) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError as error:
+        raise BadRequest(
+            f"messages[{index}].tool_calls: the arguments of {call.function.name!r} are not JSON ({error}); "
+            "send them as a JSON object in a string",
+            "messages",
+        ) from error
+    return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+
+
+def tool_call_prefix(tool_choice: str | NamedToolChoice | None, open_tag: str) -> str:
+    """Text the assistant turn is started with to make the model call a tool: `required` opens a call, a named
+    choice also writes the function's name (Hermes format), `auto`/`none` nothing."""
+    if isinstance(tool_choice, NamedToolChoice):
+        return f'{open_tag}\n{{"name": "{tool_choice.function.name}", "arguments": '
+    return f"{open_tag}\n" if tool_choice == "required" else ""
+
+
+def chat_max_tokens(request: ChatCompletionRequest) -> int | None:
+    both = request.max_tokens is not None and request.max_completion_tokens is not None
+    if both and request.max_tokens != request.max_completion_tokens:
+        raise BadRequest("give max_completion_tokens or max_tokens, not two different values", "max_tokens")
+    return request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+
+
+def check_chat(request: ChatCompletionRequest, tool_parser_name: str | None) -> None:
+    """Chat-only checks: response formats, and tools without a parser to read the calls."""
+    if request.response_format is not None and request.response_format.type != "text":
+        raise BadRequest(
+            f"response_format={request.response_format.type!r} is not supported (hyflow has no guided decoding); "
+            "leave it out or use 'text'",
+            "response_format",
+        )
+    uses_tools = request.tools and request.tool_choice != "none"
+    if uses_tools and tool_parser_name is None:
+        raise BadRequest(
+            "this request has tools, but the server was started without a tool-call parser; restart it with "
+            "--tool-call-parser hermes (or another registered parser), or send tool_choice='none'",
+            "tools",
+        )
+    if isinstance(request.tool_choice, NamedToolChoice):
+        names = [tool.function.name for tool in request.tools or []]
+        if request.tool_choice.function.name not in names:
+            raise BadRequest(
+                f"tool_choice names {request.tool_choice.function.name!r}, which is not among the tools {names}",
+                "tool_choice",
+            )
+    elif request.tool_choice == "required" and not request.tools:
+        raise BadRequest("tool_choice='required' needs at least one tool in 'tools'", "tool_choice")

@@ -1,0 +1,117 @@
+"""`hyflow serve`: the OpenAI-compatible HTTP API on hyflow's generation engine (FastAPI + uvicorn).
+
+    hyflow serve --model PATH [--host 127.0.0.1] [--port 8000] [--tool-call-parser hermes] [--max-model-len N]
+
+Endpoints: POST /v1/completions, /v1/chat/completions (both with stream=true), /tokenize, /detokenize; GET
+/v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus). See docs/howto/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from typing import Any
+
+from hyflow.engine.config import EngineConfig
+from hyflow.serving.state import ServerLimits, ServingState
+
+logger = logging.getLogger(__name__)
+
+
+class BackgroundServer:
+    """uvicorn serving an ASGI app from a daemon thread with its own event loop (the engine's step loop runs on
+    it): for tests, notebooks, and an agent program's endpoint inside another process.
+
+        with BackgroundServer(build_app(state)) as server:
+            client = openai.OpenAI(base_url=server.base_url, api_key="none")
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", backlog=4096, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.host, self.port = host, port
+        self._thread = threading.Thread(target=self.server.run, daemon=True, name="hyflow-serve")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self, timeout_s: float = 60.0) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"hyflow serve did not start on {self.host}:{self.port} (is the port taken?)")
+            time.sleep(0.01)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]  # the one picked for port 0
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def build_state(args: argparse.Namespace) -> ServingState:
+    """The engine, tokenizer and tool parser of the command line's model."""
+    from transformers import AutoTokenizer
+
+    from hyflow.agent.parsers import ToolParser
+    from hyflow.engine.engine import LLMEngine
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"hyflow serve: no tokenizer could be loaded from --model {args.model}: {error}") from error
+    config = EngineConfig(
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        dtype=args.dtype,
+    )
+    engine = LLMEngine(args.model, config, tokenizer)
+    parser = ToolParser.get(args.tool_call_parser, tokenizer) if args.tool_call_parser else None
+    limits = ServerLimits(request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes)
+    return ServingState(engine, args.served_model_name or args.model, parser, limits)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from hyflow.agent.parsers import ToolParser
+
+    parser = argparse.ArgumentParser(prog="hyflow serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a local Hugging Face model folder (with its tokenizer)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", default=None, help="the name /v1/models reports (default: --model)")
+    parser.add_argument(
+        "--tool-call-parser", default=None, choices=ToolParser.names(), help="read tool calls in chat replies"
+    )
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.8)
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request is aborted")
+    parser.add_argument("--max-request-bytes", type=int, default=4 * 2**20, help="largest request body accepted")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    from hyflow.serving.app import build_app
+
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = build_app(build_state(args))
+    logger.info("hyflow serve: %s on http://%s:%d/v1", args.served_model_name or args.model, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, backlog=4096, log_level="warning")
+    return 0

@@ -1,0 +1,48 @@
+"""What the server's routes share: the engine, the tokenizer, the served name, the limits and the metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hyflow.agent.parsers import ToolParser
+from hyflow.engine.async_engine import AsyncLLMEngine
+from hyflow.engine.engine import LLMEngine
+from hyflow.serving.metrics import ServerMetrics
+
+
+@dataclass
+class ServerLimits:
+    """`request_timeout`: seconds a request may run before it is aborted (HTTP 408, or an error event in a stream);
+    `max_request_bytes`: the largest request body accepted (HTTP 413 above)."""
+
+    request_timeout: float = 600.0
+    max_request_bytes: int = 4 * 2**20
+
+
+@dataclass
+class ServingState:
+    engine: LLMEngine
+    model_name: str
+    tool_parser: ToolParser | None = None
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    created: int = field(default_factory=lambda: int(time.time()))
+    async_engine: AsyncLLMEngine = field(init=False)
+    metrics: ServerMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.engine.tokenizer is None:
+            raise ValueError(
+                "hyflow serve needs the model's tokenizer; pass one to LLMEngine(model, config, tokenizer)"
+            )
+        self.async_engine = AsyncLLMEngine(self.engine)
+        self.metrics = ServerMetrics(self.engine)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.config.max_model_len

@@ -1,0 +1,48 @@
+"""LoRA from a saved peft adapter (`model.lora_adapter_path`): the adapter's weights and settings come back."""
+
+import pytest
+import torch
+
+from hyflow.models.loader import load_causal_lm
+from hyflow.models.lora import adapter_settings, apply_lora, load_lora_adapter
+from hyflow.models.tiny import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _saved_adapter(tiny_path, folder):
+    lm = apply_lora(load_causal_lm(tiny_path, torch.float32), lora_rank=4, lora_alpha=8, target_modules=["q_proj"])
+    torch.manual_seed(0)
+    for name, param in lm.named_parameters():
+        if "lora_B" in name:
+            param.data.normal_()  # a trained adapter: B is no longer zero
+    lm.save_pretrained(folder)
+    return lm
+
+
+def test_a_saved_adapter_loads_trainable_with_its_weights(tiny_path, tmp_path):
+    saved = _saved_adapter(tiny_path, tmp_path / "adapter")
+    ids = torch.tensor([[1, 2, 3, 4]])
+
+    loaded = load_lora_adapter(load_causal_lm(tiny_path, torch.float32), str(tmp_path / "adapter"))
+
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=ids).logits, saved(input_ids=ids).logits, atol=1e-5)
+    trainable = [name for name, p in loaded.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)
+
+
+def test_the_adapters_settings_replace_the_model_configs(tiny_path, tmp_path):
+    _saved_adapter(tiny_path, tmp_path / "adapter")
+
+    settings = adapter_settings(str(tmp_path / "adapter"))
+
+    assert settings == {"lora_rank": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "exclude_modules": None}
+
+
+def test_a_folder_without_an_adapter_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"is not a peft adapter folder.*Fix"):
+        adapter_settings(str(tmp_path))
