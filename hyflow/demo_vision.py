@@ -14,7 +14,7 @@ What changes from the single-turn tasks (everything else is `hyflow.demo`'s run)
 The answer is in the pixels only, so accuracy above chance (1/3) means the model reads the image. `--task vision`
 brings its own run sizes (`PLAN_DEFAULTS`; flags given on the command line still win). Measured on the shared
 2-core CPU with those defaults (seed 0): validation accuracy 66.1% after SFT -> 85.9% after 20 GRPO steps
-(+19.8 points) in 120 s.
+(+19.8 points) in 28 s of wall time (120 s while seven other jobs shared the two cores).
 """
 
 from __future__ import annotations
