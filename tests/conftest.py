@@ -28,3 +28,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def no_distributed_env_leaks_into_later_tests():
+    """A local worker group writes RANK, MASTER_PORT, ... into os.environ and its process group keeps the port bound
+    for the rest of the session; a later test's subprocess (a README command run as written) would inherit
+    MASTER_PORT and fail to bind it. Each test gets the environment it started with back."""
+    from hyflow.controller.worker import DIST_ENV_KEYS
+
+    saved = {key: os.environ.get(key) for key in DIST_ENV_KEYS}
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
