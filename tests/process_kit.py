@@ -29,3 +29,11 @@ def wait_until_gone(pids: list[int], patience_s: float = 60.0) -> bool:
         if process_running(pid):
             os.kill(pid, signal.SIGKILL)
     return False
+
+
+def shell_env() -> dict[str, str]:
+    """The environment a command typed into a fresh shell sees: this process's, without the distributed env
+    (RANK, MASTER_PORT, ...) that an in-process worker group of this test session wrote, whose port it still holds."""
+    from hyflow.controller.worker import DIST_ENV_KEYS
+
+    return {key: value for key, value in os.environ.items() if key not in DIST_ENV_KEYS}

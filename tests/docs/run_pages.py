@@ -18,6 +18,8 @@ import time
 import traceback
 from pathlib import Path
 
+from hyflow.controller.worker import DIST_ENV_KEYS
+
 
 class BlockFailed(Exception):
     """A block raised or exited non-zero; the message says which block and why."""
@@ -38,8 +40,11 @@ def run_block(block: dict, namespace: dict) -> None:
         except BaseException as error:  # SystemExit from a CLI entry point included
             raise BlockFailed(f"{block['where']} raised:\n{traceback.format_exc()}") from error
         return
+    # As in a fresh shell: without the distributed env (MASTER_PORT, ...) that a python block's worker group wrote
+    # into this process, whose port the process still holds.
+    env = {key: value for key, value in os.environ.items() if key not in DIST_ENV_KEYS}
     result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", block["code"]], capture_output=True, text=True, timeout=300
+        ["bash", "-euo", "pipefail", "-c", block["code"]], capture_output=True, text=True, timeout=300, env=env
     )
     sys.stdout.write(result.stdout)
     if result.returncode != 0:

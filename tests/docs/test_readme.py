@@ -17,6 +17,7 @@ import pytest
 
 from hyflow import cli, demo, demo_tools
 from hyflow.demo_tools import with_overrides
+from tests.process_kit import shell_env
 
 from .markdown import REPO, blocks
 
@@ -145,7 +146,8 @@ def test_the_tiny_model_route_to_hyflow_train_runs(tmp_path, monkeypatch):
     assert train[:2] == ["hyflow", "train"]
     small = {"data.train_batch_size": 4, "actor_rollout_ref.actor.ppo_mini_batch_size": 4}
     small |= {"actor_rollout_ref.rollout.n": 2, "data.max_response_length": 4, "trainer.total_training_steps": 1}
-    subprocess.run([sys.executable, "-m", "hyflow", *with_overrides(train[1:], small)], check=True, timeout=500)
+    command_line = [sys.executable, "-m", "hyflow", *with_overrides(train[1:], small)]
+    subprocess.run(command_line, check=True, timeout=500, env=shell_env())  # as typed into a fresh shell
     assert (tmp_path / "logs" / "hyflow" / "default" / "metrics.jsonl").read_text().count('"step": 1') == 1
     assert not (tmp_path / "outputs").exists()
 
