@@ -2,6 +2,8 @@
 
 import io
 import json
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -122,19 +124,31 @@ def test_a_logger_that_cannot_start_is_reported_and_left_out(tmp_path, caplog):
     assert "logger 'tensorboard' could not start" in caplog.text
 
 
+WANDB_RUN = """
+import sys
+from hyflow.trainer.tracking import Tracking
+
+tracking = Tracking("proj", "exp", loggers=["wandb"], config={"trainer": {"seed": 1}}, log_dir=sys.argv[1])
+tracking.log({"critic/score/mean": 0.25, "val-core/arith/acc/mean@4": 0.5}, step=1)
+tracking.log({"critic/score/mean": 0.75}, step=2)
+tracking.finish()
+"""
+
+
 @pytest.mark.slow  # wandb starts its service process: ~10-20 s
-def test_wandb_writes_an_offline_run_whose_history_reads_back(monkeypatch, tmp_path, caplog):
+def test_wandb_writes_an_offline_run_whose_history_reads_back(tmp_path):
     pytest.importorskip("wandb")
     from .tracker_readers import wandb_history
 
-    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    tracking = Tracking("proj", "exp", loggers=["wandb"], config={"trainer": {"seed": 1}}, log_dir=tmp_path)
-    tracking.log({"critic/score/mean": 0.25, "val-core/arith/acc/mean@4": 0.5}, step=1)
-    tracking.log({"critic/score/mean": 0.75}, step=2)
-    tracking.finish()
-    assert "logger 'wandb'" not in caplog.text  # it neither failed to start nor failed later
+    # A fresh process, as in a real run: wandb keeps per-process state (its service, the current run) that an
+    # earlier test of this session would share.
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR")}
+    env["WANDB_SILENT"] = "true"
+    result = subprocess.run(
+        [sys.executable, "-c", WANDB_RUN, str(tmp_path)], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "logger 'wandb'" not in result.stderr  # it neither failed to start nor failed later
     (run_folder,) = (tmp_path / "wandb").glob("offline-run-*")
     rows = wandb_history(run_folder)
     assert [(row["_step"], row["critic/score/mean"]) for row in rows] == [(1, 0.25), (2, 0.75)]
