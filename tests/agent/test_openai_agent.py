@@ -136,3 +136,15 @@ def test_an_agent_function_becomes_a_loop_class_the_yaml_can_name(tmp_path):
     loop_class = get_agent_loop_class("my_yaml_agent")
     assert loop_class.__name__ == "RunAgentLoop" and loop_class.agent.__name__ == "run"
     assert openai_agent_loop(calculator_agent).agent is calculator_agent
+
+
+@openai_agent("test_text_reward_agent")
+async def text_reward_agent(client, sample):
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    return "good"
+
+
+def test_a_reward_that_is_not_a_number_fails_the_episode_naming_the_function(make_server, make_context):
+    server = make_server(["an answer"], add_eos=True)
+    with pytest.raises(TypeError, match=r"text_reward_agent returned 'good' \(str\); it returns a number"):
+        run_loop(make_context(server), "test_text_reward_agent", SamplingParams())
