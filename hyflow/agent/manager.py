@@ -10,7 +10,8 @@ an asyncio task; all turns of one sample go to one server (`ServerRouter`). Tool
 Output (B samples, P = rollout.prompt_length, R = rollout.response_length): `prompts` (B, P) left-padded,
 `responses`, `response_mask`, `rollout_log_probs` (B, R) right-padded, `input_ids`, `attention_mask`,
 `position_ids` (B, P + R); non-tensor `num_turns`, `finish_reason`, and the reward extras `turn_scores`,
-`tool_rewards`, `tool_scores`; `meta_info["metrics"]` (batch means of the loops' counters) and `["timing"]`.
+`tool_rewards`, `tool_scores`, `agent_reward`; `meta_info["metrics"]` (batch means of the loops' counters) and
+`["timing"]`.
 """
 
 from __future__ import annotations
