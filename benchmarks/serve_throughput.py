@@ -10,10 +10,11 @@ What one run does, each side on the same random prompts (token ids, so no tokeni
    vocabulary (every id decodes to a word, so every streamed token is a visible delta on both servers);
 2. starts `python -m hyflow serve --model FOLDER` as a subprocess, waits for `/health`, sends one 4-token warm-up
    request per prompt on other random prompts (so the burst gets no prefix-cache hits), then fires
-   `--num-requests` streaming `/v1/completions` requests from one asyncio client (httpx, the events parsed with
-   `json.loads`: the `openai` client's pydantic parse of every chunk would cost more than the server's work), at
-   most `--concurrency` in flight (default: all at once): temperature 1, `ignore_eos`, exactly `--max-tokens`
-   new tokens, `logprobs=0` (the sampled token's log-prob, which RL needs), `stream_options.include_usage`;
+   `--num-requests` streaming `/v1/completions` requests from `--client-processes` processes (4; each an asyncio
+   loop on httpx, the events parsed with `json.loads`: a single Python client, or the `openai` client's pydantic
+   parse of every chunk, can cost more than a fast server's work and cap what is measured), at most
+   `--concurrency` in flight (default: all at once): temperature 1, `ignore_eos`, exactly `--max-tokens` new
+   tokens, `logprobs=0` (the sampled token's log-prob, which RL needs), `stream_options.include_usage`;
 3. the engine offline (`LLMEngine.generate`, one call over all prompts, after a 4-token warm-up), in this process
    once the server has exited (so each side has the device to itself);
 4. with `vllm` importable (and CUDA), `python -m vllm.entrypoints.openai.api_server` on the same folder with the
@@ -153,25 +154,56 @@ async def one_request(http: Any, base_url: str, prompt: list[int], max_tokens: i
     return stats
 
 
-async def burst(
-    base_url: str, prompts: list[list[int]], warmup: list[list[int]], max_tokens: int, concurrency: int
-) -> tuple[list[RequestStats], float]:
-    """The warm-up prompts' requests (4 tokens each), then all prompts' requests with at most `concurrency` in
-    flight: (per-request stats, wall seconds of the latter)."""
+async def send_all(base_url: str, prompts: list[list[int]], max_tokens: int, concurrency: int) -> list[RequestStats]:
+    """All prompts' requests, at most `concurrency` in flight."""
     import httpx
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(3600.0)) as http:
-        await asyncio.gather(*(one_request(http, base_url, p, 4) for p in warmup))
         gate = asyncio.Semaphore(concurrency)
 
         async def gated(prompt: list[int]) -> RequestStats:
             async with gate:
                 return await one_request(http, base_url, prompt, max_tokens)
 
-        start = time.perf_counter()
-        stats = await asyncio.gather(*(gated(p) for p in prompts))
-        return list(stats), time.perf_counter() - start
+        return list(await asyncio.gather(*(gated(p) for p in prompts)))
+
+
+def client_process(base_url: str, prompts: list, max_tokens: int, concurrency: int, barrier: Any, results: Any) -> None:
+    """One client process: wait for the others (so all start together), send, report (start, end, stats)."""
+    barrier.wait()
+    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of this machine
+    stats = asyncio.run(send_all(base_url, prompts, max_tokens, concurrency))
+    results.put((start, time.monotonic(), stats))
+
+
+def burst(
+    base_url: str, prompts: list[list[int]], warmup: list[list[int]], max_tokens: int, concurrency: int, procs: int
+) -> tuple[list[RequestStats], float]:
+    """The warm-up prompts' requests (4 tokens each, from this process), then all prompts' requests from `procs`
+    client processes (prompts and concurrency dealt out evenly): (per-request stats, wall seconds from the first
+    process's start to the last one's end)."""
+    import multiprocessing
+
+    asyncio.run(send_all(base_url, warmup, 4, len(warmup)))
+    if procs == 1:
+        start = time.monotonic()
+        stats = asyncio.run(send_all(base_url, prompts, max_tokens, concurrency))
+        return stats, time.monotonic() - start
+    context = multiprocessing.get_context("spawn")  # this process may hold a CUDA context
+    barrier, results = context.Barrier(procs), context.Queue()
+    shares = [(prompts[i::procs], max(1, concurrency // procs)) for i in range(procs)]
+    workers = [
+        context.Process(target=client_process, args=(base_url, share, max_tokens, limit, barrier, results))
+        for share, limit in shares
+    ]
+    for worker in workers:
+        worker.start()
+    reports = [results.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    wall = max(end for _, end, _ in reports) - min(start for start, _, _ in reports)
+    return [stat for _, _, stats in reports for stat in stats], wall
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -252,11 +284,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-len", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument(
+        "--client-processes", type=int, default=4, help="processes sending the requests (one asyncio loop each)"
+    )
     parser.add_argument("--port", type=int, default=8471)
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM's server even where it is importable")
     parser.add_argument("--start-timeout", type=float, default=600.0, help="seconds a server may take to start")
     parser.add_argument("--folder", default=None, help="where to write the model (default: a temporary folder)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in ("num_requests", "client_processes", "prompt_len", "max_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
+    return args
 
 
 def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
@@ -278,12 +317,13 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     else:
         print(f"vLLM's server skipped: {reason}", flush=True)
     results: dict[str, Any] = {"shape": args.shape, "num_requests": args.num_requests, "concurrency": concurrency,
-                               "prompt_len": args.prompt_len, "max_tokens": args.max_tokens}  # fmt: skip
+                               "prompt_len": args.prompt_len, "max_tokens": args.max_tokens,
+                               "client_processes": args.client_processes}  # fmt: skip
     if "vllm" in sides:
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # flashinfer is not in the packed vLLM build
     for side in sides:
         with ServerProcess(commands[side], args.port, folder / f"{side}_server.log", args.start_timeout) as server:
-            stats, wall = asyncio.run(burst(server.base_url, prompts, warmup, args.max_tokens, concurrency))
+            stats, wall = burst(server.base_url, prompts, warmup, args.max_tokens, concurrency, args.client_processes)
         results[side] = summarize(stats, wall, args.max_tokens)
         print(side_line(f"{side} server", results[side]), flush=True)
     offline = offline_tok_s(folder, prompts, warmup, args.max_tokens, args.max_num_seqs, max_len)

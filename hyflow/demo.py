@@ -271,7 +271,7 @@ def run_demo(plan: DemoPlan) -> list[Any]:
 TASK_PLAN_DEFAULTS: dict[str, dict[str, Any]] = {
     demo_tools.TASK: demo_tools.PLAN_DEFAULTS,
     demo_vision.TASK: demo_vision.PLAN_DEFAULTS,
-    demo_openai_agent.TASK: demo_tools.PLAN_DEFAULTS,
+    demo_openai_agent.TASK: demo_openai_agent.PLAN_DEFAULTS,
 }
 
 

@@ -39,7 +39,8 @@ def test_the_word_tokenizer_decodes_every_id_of_the_shapes_vocabulary(serve_thro
 @pytest.mark.timeout(600)
 def test_the_benchmark_reports_server_and_offline_throughput_on_the_tiny_shape(serve_throughput, tmp_path, monkeypatch):
     monkeypatch.setenv("OUT", str(tmp_path))
-    argv = ["--shape", "tiny", "--num-requests", "6", "--prompt-len", "8", "--max-tokens", "5", "--no-vllm"]
+    argv = ["--shape", "tiny", "--num-requests", "6", "--prompt-len", "8", "--max-tokens", "5", "--no-vllm",
+            "--client-processes", "2"]  # fmt: skip
     results = serve_throughput.main([*argv, "--port", str(free_port()), "--folder", str(tmp_path / "model")])
     served = results["hyflow"]
     assert served["tok_s"] > 0 and results["offline_tok_s"] > 0
@@ -47,4 +48,5 @@ def test_the_benchmark_reports_server_and_offline_throughput_on_the_tiny_shape(s
         p50, p90, p99 = (served[metric][f"p{q}_ms"] for q in (50, 90, 99))
         assert math.isfinite(p99) and 0 < p50 <= p90 <= p99
     assert "vllm" not in results and (tmp_path / "serve_throughput_tiny.json").exists()
+    assert results["num_requests"] == 6 and results["client_processes"] == 2
     assert (tmp_path / "model" / "hyflow_server.log").exists()
