@@ -103,7 +103,8 @@ class ServerProcess:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"{self.command[:3]} exited with {self.process.returncode}; see {self.log_path}")
+                self._log.close()
+                raise RuntimeError(f"{self.command[:4]} exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
                     return self
@@ -111,7 +112,11 @@ class ServerProcess:
                 pass
             time.sleep(0.5)
         self.__exit__()
-        raise RuntimeError(f"no /health on port {self.port} within {self.timeout_s:.0f} s; see {self.log_path}")
+        raise RuntimeError(f"no /health on port {self.port} within {self.timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, num_chars: int = 3000) -> str:
+        """The end of the server's log (the folder may be a temporary one, gone once the error is read)."""
+        return self.log_path.read_text(errors="replace")[-num_chars:]
 
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()

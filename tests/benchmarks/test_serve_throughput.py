@@ -35,6 +35,13 @@ def test_the_word_tokenizer_decodes_every_id_of_the_shapes_vocabulary(serve_thro
     assert tokenizer.decode([5, 599]) == "w5 w599" and tokenizer.encode("w5 w599") == [5, 599]
 
 
+def test_a_server_that_exits_at_start_is_an_error_with_the_end_of_its_log(serve_throughput, tmp_path):
+    command = [sys.executable, "-c", "print('no model here'); raise SystemExit(3)"]
+    server = serve_throughput.ServerProcess(command, free_port(), tmp_path / "server.log", timeout_s=60)
+    with pytest.raises(RuntimeError, match=r"exited with 3:\nno model here"):
+        server.__enter__()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_benchmark_reports_server_and_offline_throughput_on_the_tiny_shape(serve_throughput, tmp_path, monkeypatch):
