@@ -55,6 +55,7 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | multi_modal_inputs | dict        | processor outputs of the prompt (pixel_values, image_grid_thw) for the  |
 |                    |             | training forward; position_ids are then (B, 3, T) M-RoPE rows           |
 | agent_reward       | float/None  | the reward an `openai_agent` function returned (None: it returned none) |
+|                    |             | and the row's score in every reward manager (reward/managers/base.py)   |
 
 Meta fields (`DataProto.meta_info`, one value for the whole batch):
 
@@ -188,7 +189,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TOOL_SCORES, "(B,)", "dict", "non_tensor", "tool name -> that tool's score for the whole episode"),
     FieldSpec(MULTI_MODAL_DATA, "(B,)", "dict", "non_tensor", "{'image': [PIL images]} of the prompt, for generation"),
     FieldSpec(MULTI_MODAL_INPUTS, "(B,)", "dict", "non_tensor", "processor outputs (pixel_values, image_grid_thw)"),
-    FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "the reward an openai_agent function returned, or None"),
+    FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "an openai_agent's reward (the row's score), or None"),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),
     FieldSpec(DO_SAMPLE, "", "bool", "meta", "sample (True) or decode greedily (False)"),
     FieldSpec(VALIDATE, "", "bool", "meta", "the batch is a validation batch"),

@@ -70,6 +70,9 @@ def test_grpo_through_the_openai_client_agent_raises_its_reward_and_its_calculat
     assert rise["critic/score/mean"][1] >= rise["critic/score/mean"][0] + 0.07, rise
     assert rise["agent/num_tool_calls/mean"][1] >= rise["agent/num_tool_calls/mean"][0] + 0.15, rise
     assert [step["reward/extra/reward_from_agent/mean"] for step in log.steps] == [1.0] * PLAN.grpo_steps
+    # token consistency over the agent's turns: the actor re-scores each assembled trajectory (tool results
+    # inserted by the agent's code included) to the probabilities the engine sampled its tokens with
+    assert max(step["training/rollout_probs_diff_max"] for step in log.steps) < 1e-3
 
 
 def test_the_demo_task_has_its_own_sizes_and_its_loop_file():
