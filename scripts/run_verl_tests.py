@@ -28,6 +28,9 @@ MODULES = [
     ("verl.single_controller.ray.base", "hyflow.controller"),
     ("verl.single_controller.ray", "hyflow.controller"),
     ("verl.single_controller", "hyflow.controller"),
+    # verl's tests rebind the registries as module attributes: point them at the module that owns them
+    ("verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY", "hyflow.algorithms.registry.ADV_ESTIMATOR_REGISTRY"),
+    ("verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY", "hyflow.algorithms.registry.POLICY_LOSS_REGISTRY"),
     ("verl.trainer.ppo.core_algos", "hyflow.algorithms"),
     ("verl.experimental.agent_loop.tool_parser", "hyflow.agent.parsers"),
     ("verl.workers.reward_manager.registry", "hyflow.reward.managers"),

@@ -164,7 +164,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.optim.override_optimizer_config": "extra optimizer options (Megatron's distributed optimizer)",
     "actor_rollout_ref.actor.tau_pos": "the SAPO policy loss",
     "actor_rollout_ref.actor.tau_neg": "the SAPO policy loss",
-    "actor_rollout_ref.actor.policy_loss.dro_beta": "the DRO policy loss",
     "actor_rollout_ref.actor.calculate_sum_pi_squared": "the sum-of-squared-probabilities statistic",
     "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "the sum-of-squared-probabilities statistic",
     "actor_rollout_ref.actor.use_prefix_grouper": "prefix-grouped forward passes",
