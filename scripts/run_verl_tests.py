@@ -38,6 +38,10 @@ MODULES = [
     ("verl.utils.reward_score", "hyflow.reward.scorers"),
     ("verl.protocol", "hyflow.protocol"),
     ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
+    ("verl.tools.schemas", "hyflow.agent.tools.schemas"),
+    ("verl.tools.tool_registry", "hyflow.agent.tools.registry"),
+    ("verl.tools.base_tool", "hyflow.agent.tools.base"),
+    ("verl.tools.function_tool", "hyflow.agent.tools.function_tool"),
     ("from verl.utils import tensordict_utils", "from hyflow.utils import tensordict_utils"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
