@@ -38,6 +38,7 @@ MODULES = [
     ("verl.utils.reward_score", "hyflow.reward.scorers"),
     ("verl.protocol", "hyflow.protocol"),
     ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
+    ("verl.base_config", "hyflow.config.base_config"),
     ("verl.tools.schemas", "hyflow.agent.tools.schemas"),
     ("verl.tools.tool_registry", "hyflow.agent.tools.registry"),
     ("verl.tools.base_tool", "hyflow.agent.tools.base"),
