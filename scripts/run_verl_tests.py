@@ -39,6 +39,7 @@ MODULES = [
     ("verl.protocol", "hyflow.protocol"),
     ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
     ("verl.base_config", "hyflow.config.base_config"),
+    ("verl.workers.config.actor", "hyflow.config.actor_rollout_ref"),
     ("verl.tools.schemas", "hyflow.agent.tools.schemas"),
     ("verl.tools.tool_registry", "hyflow.agent.tools.registry"),
     ("verl.tools.base_tool", "hyflow.agent.tools.base"),

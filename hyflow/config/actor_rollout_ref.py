@@ -46,6 +46,7 @@ class ActorConfig:
     use_dynamic_bsz: bool = False  # cut micro-batches by token budget instead of by count
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
+    rollout_n: int | None = inherit("actor_rollout_ref.rollout.n")  # samples per prompt (verl's copy of rollout.n)
     shuffle: bool = False
     # whether to run the old-log-prob pass before the update: auto skips it when each batch gets exactly one
     # optimizer step and nothing else reads old_log_probs (the update takes them from its own forward); true always

@@ -101,7 +101,6 @@ IGNORED: dict[str, str] = {
     "actor_rollout_ref.rollout.seed": _SEED,
     "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": "a debugging check of verl's "
     "tokenizer; hyflow builds multi-turn token ids by construction",
-    "actor_rollout_ref.actor.rollout_n": "verl's copy of actor_rollout_ref.rollout.n",
     "actor_rollout_ref.ref.rollout_n": "verl's copy of actor_rollout_ref.rollout.n",
     "actor_rollout_ref.actor.calculate_entropy": "hyflow computes the entropy itself where the loss or a metric "
     "needs it",
