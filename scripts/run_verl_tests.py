@@ -39,6 +39,9 @@ MODULES = [
     ("verl.protocol", "hyflow.protocol"),
     ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
     ("verl.base_config", "hyflow.config.base_config"),
+    ("verl.utils.metric.utils", "hyflow.utils.metric"),
+    ("verl.utils.metric", "hyflow.utils.metric"),
+    ("verl.utils.py_functional", "hyflow.utils.metric"),  # for append_to_dict
     ("verl.workers.config.actor", "hyflow.config.actor_rollout_ref"),
     ("verl.tools.schemas", "hyflow.agent.tools.schemas"),
     ("verl.tools.tool_registry", "hyflow.agent.tools.registry"),
