@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hyflow.agent.tools.base import ToolResponse  # verl keeps it in this module; hyflow's lives in base.py
+
 __all__ = [
     "OpenAIFunctionCallSchema",
     "OpenAIFunctionParametersSchema",
@@ -35,6 +37,7 @@ __all__ = [
     "OpenAIFunctionSchema",
     "OpenAIFunctionToolCall",
     "OpenAIFunctionToolSchema",
+    "ToolResponse",
 ]
 
 
