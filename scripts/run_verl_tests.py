@@ -39,6 +39,7 @@ MODULES = [
     ("verl.protocol", "hyflow.protocol"),
     ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
     ("verl.base_config", "hyflow.config.base_config"),
+    ("verl.utils.device", "hyflow.utils.device"),
     ("verl.utils.metric.utils", "hyflow.utils.metric"),
     ("verl.utils.metric", "hyflow.utils.metric"),
     ("verl.utils.py_functional", "hyflow.utils.metric"),  # for append_to_dict
