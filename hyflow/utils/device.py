@@ -4,7 +4,7 @@ verl's `verl.utils.device` helpers under the same names, so worker code written 
 
     device = torch.device(get_device_name(), get_device_id())   # cuda:0 on a GPU worker, cpu:0 otherwise
     dist.init_process_group(backend=get_nccl_backend())          # "nccl" with CUDA, "gloo" without
-    get_torch_device().manual_seed(0)                            # torch.cuda, or torch.cpu
+    get_torch_device().synchronize()                             # torch.cuda, or torch.cpu
 
 hyflow runs on CUDA and on CPU (no Ascend NPU support); on a machine without CUDA everything answers for the CPU.
 """
@@ -41,7 +41,7 @@ def get_device_name() -> str:
 
 
 def get_torch_device() -> ModuleType:
-    """The torch module of that device type (`torch.cuda` or `torch.cpu`), for `manual_seed`, `synchronize`, ..."""
+    """The torch module of that device type (`torch.cuda` or `torch.cpu`): `synchronize`, `device_count`, ..."""
     return getattr(torch, get_device_name())
 
 
