@@ -40,6 +40,7 @@ MODULES = [
     ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
     ("verl.base_config", "hyflow.config.base_config"),
     ("verl.utils.device", "hyflow.utils.device"),
+    ("verl.trainer.ppo.metric_utils", "hyflow.trainer.metric_utils"),
     ("verl.utils.metric.utils", "hyflow.utils.metric"),
     ("verl.utils.metric", "hyflow.utils.metric"),
     ("verl.utils.py_functional", "hyflow.utils.metric"),  # for append_to_dict
