@@ -99,9 +99,11 @@ class BaseTool(ABC):
     config_class: ClassVar[type] = ToolConfig
     default_schema: ClassVar[dict[str, Any] | None] = None
 
-    def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | Any | None = None) -> None:
         self.config = build_config(self.config_class, config, where=f"tool {type(self).__name__}")
         schema = tool_schema if tool_schema is not None else self.default_schema
+        if hasattr(schema, "model_dump"):  # an OpenAIFunctionToolSchema (hyflow.agent.tools.schemas)
+            schema = schema.model_dump(exclude_none=True)
         if schema is None:
             raise ValueError(
                 f"tool {type(self).__name__} has no tool_schema: add a `tool_schema:` to its entry in the tool config "
@@ -110,6 +112,12 @@ class BaseTool(ABC):
         self.tool_schema = validate_tool_schema(schema)
         self.name: str = self.tool_schema["function"]["name"]
         self.instances: dict[str, dict[str, Any]] = {}
+
+    def get_openai_tool_schema(self) -> Any:
+        """The schema as an `OpenAIFunctionToolSchema` (verl's accessor); `self.tool_schema` is the plain dict."""
+        from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
+
+        return OpenAIFunctionToolSchema.model_validate(self.tool_schema)
 
     def missing_arguments(self, arguments: dict[str, Any]) -> list[str]:
         """Required parameters of the schema that a call left out."""
