@@ -7,7 +7,7 @@ from transformers import AutoModelForImageTextToText
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.models.loader import load_causal_lm
-from hyflow.models.multimodal import freeze_vision_tower, vision_tower
+from hyflow.models.multimodal import freeze_vision_tower, mm_token_type_ids, vision_tower
 from hyflow.models.policy import PolicyModel
 from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.workers.actor import DataParallelPPOActor
@@ -27,9 +27,9 @@ def plain_transformers_log_probs(path, data):
         mask = data.batch[F.ATTENTION_MASK][i].bool()
         input_ids = data.batch[F.INPUT_IDS][i][mask][None]
         inputs = data.non_tensor_batch[F.MULTI_MODAL_INPUTS][i]
-        mm_token_type_ids = (input_ids == model.config.image_token_id).long()
         with torch.no_grad():
-            logits = model(input_ids=input_ids, mm_token_type_ids=mm_token_type_ids, **inputs).logits[0]
+            logits = model(input_ids=input_ids, mm_token_type_ids=mm_token_type_ids(input_ids, model.config), **inputs)
+        logits = logits.logits[0]
         response = data.batch[F.RESPONSES][i]
         num_tokens = int(data.batch[F.RESPONSE_MASK][i].sum())
         lp = torch.log_softmax(logits[-num_tokens - 1 : -1].float(), -1).gather(-1, response[:num_tokens, None])
@@ -85,3 +85,9 @@ def test_a_qwen2_5_vl_gets_the_same_treatment(tmp_path, image_batch):
     log_probs, _ = build_actor(path).compute_log_prob(image_batch, ForwardSettings(micro_batch_size=4))
     torch.testing.assert_close(log_probs, plain_transformers_log_probs(path, image_batch), rtol=1e-4, atol=1e-4)
     assert freeze_vision_tower(load_causal_lm(path)) > 0
+
+
+@pytest.mark.parametrize("cut", [{"micro_batch_size": 4}, {"micro_batch_size": 3}, {"max_token_len": 70}])
+def test_log_probs_with_videos_equal_a_plain_transformers_forward(vlm_path, video_batch, cut):
+    log_probs, _ = build_actor(vlm_path).compute_log_prob(video_batch, ForwardSettings(**cut))
+    torch.testing.assert_close(log_probs, plain_transformers_log_probs(vlm_path, video_batch), rtol=1e-4, atol=1e-4)
