@@ -2,39 +2,19 @@
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
 
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.models.loader import load_causal_lm
-from hyflow.models.multimodal import freeze_vision_tower, mm_token_type_ids, vision_tower
+from hyflow.models.multimodal import freeze_vision_tower, vision_tower
 from hyflow.models.policy import PolicyModel
 from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.micro_batch_loop import ForwardSettings
 from hyflow.workers.optim import build_optimizer
+from tests.vlm_reference import plain_transformers_log_probs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-RESPONSE_LENGTH = 5
-
-
-def plain_transformers_log_probs(path, data):
-    """Each row alone through the Hugging Face model with its own images, full logits, log-softmax, gather."""
-    model = AutoModelForImageTextToText.from_pretrained(path).eval()
-    rows = []
-    for i in range(len(data)):
-        mask = data.batch[F.ATTENTION_MASK][i].bool()
-        input_ids = data.batch[F.INPUT_IDS][i][mask][None]
-        inputs = data.non_tensor_batch[F.MULTI_MODAL_INPUTS][i]
-        with torch.no_grad():
-            logits = model(input_ids=input_ids, mm_token_type_ids=mm_token_type_ids(input_ids, model.config), **inputs)
-        logits = logits.logits[0]
-        response = data.batch[F.RESPONSES][i]
-        num_tokens = int(data.batch[F.RESPONSE_MASK][i].sum())
-        lp = torch.log_softmax(logits[-num_tokens - 1 : -1].float(), -1).gather(-1, response[:num_tokens, None])
-        rows.append(torch.nn.functional.pad(lp[:, 0], (0, RESPONSE_LENGTH - num_tokens)))
-    return torch.stack(rows)
 
 
 def build_actor(path, **overrides):
