@@ -53,6 +53,31 @@ def vision_language_backbone(lm: nn.Module) -> nn.Module:
     return backbone
 
 
+def text_model(module: nn.Module) -> nn.Module:
+    """The language model inside a vision-language model or its backbone (`Qwen2VLTextModel`), the part whose
+    attention a packed forward replaces; a text-only model itself."""
+    base = _base_model(module)
+    if not is_vision_language(base.config):
+        return base
+    backbone = base if hasattr(base, "language_model") else vision_language_backbone(base)
+    return backbone.language_model
+
+
+def vision_encoder_outputs(backbone: nn.Module, vision: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The vision tower's outputs for a batch's images and videos (`vision`: `batch_vision_inputs`), in the form
+    the backbone's `mm_encoder_outputs` argument takes, so its forward skips the tower and its keyword arguments
+    (a packed forward's row boundaries) reach the language model only."""
+    outputs = {}
+    if "pixel_values" in vision:
+        outputs["image"] = backbone.get_image_features(
+            vision["pixel_values"], vision["image_grid_thw"], return_dict=True
+        )
+    if "pixel_values_videos" in vision:
+        video = backbone.get_video_features(vision["pixel_values_videos"], vision["video_grid_thw"], return_dict=True)
+        outputs["video"] = video
+    return outputs
+
+
 def value_backbone(lm: nn.Module) -> tuple[nn.Module, int]:
     """(backbone, hidden size) of a critic built from `lm`: the decoder of a causal LM, or a vision-language
     model's vision tower + language model, so the critic sees the images too."""
