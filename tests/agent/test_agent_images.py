@@ -131,10 +131,18 @@ def rollout_config(response_length: int = 200) -> RolloutConfig:
     return config
 
 
-def image_prompts(n: int, agent_name: str = "tool_agent") -> DataProto:
+VIDEO_QUESTION = [{"role": "user", "content": "<video>Which colour comes last?"}]
+
+
+def clip() -> list[Image.Image]:
+    """Four 56x56 frames: a (2, 4, 4) video grid, 8 tokens."""
+    return [Image.new("RGB", (56, 56), colour) for colour in ("red", "green", "blue", "yellow")]
+
+
+def image_prompts(n: int, agent_name: str = "tool_agent", video: bool = False) -> DataProto:
     rows = {
-        F.RAW_PROMPT: [QUESTION] * n,
-        F.MULTI_MODAL_DATA: [{"image": [figure()]}] * n,
+        F.RAW_PROMPT: [VIDEO_QUESTION if video else QUESTION] * n,
+        F.MULTI_MODAL_DATA: [{"image": [], "video": [clip()]} if video else {"image": [figure()]}] * n,
         F.AGENT_NAME: [agent_name] * n,
     }
     return DataProto.from_dict(non_tensors=rows)
@@ -157,15 +165,29 @@ def test_a_multi_image_trajectory_trains_like_a_plain_transformers_forward(vlm_p
     )
 
 
-@pytest.mark.parametrize("agent_name", ["single_turn_agent", "tool_agent"])
-def test_image_prompts_generate_through_the_hf_rollout_with_their_images(vlm_path, processor, agent_name):
+def test_a_video_prompt_runs_the_tool_agent_loop_and_trains_like_a_plain_forward(vlm_path, processor):
+    server = ScriptedServer(processor.tokenizer, ["It ends with yellow."])
+    manager = AgentLoopManager(rollout_config(), processor.tokenizer, [server], processor=processor)
+    data = manager.generate_sequences(image_prompts(2, video=True))
+    (inputs, _) = data.non_tensor_batch[F.MULTI_MODAL_INPUTS]
+    assert inputs["video_grid_thw"].tolist() == [[2, 4, 4]] and "pixel_values" not in inputs
+    assert sum(t == processor.video_token_id for t in server.calls[0]["prompt_ids"]) == 8
+    torch.testing.assert_close(
+        actor_log_probs(vlm_path, data), plain_transformers_log_probs(vlm_path, data), rtol=1e-4, atol=1e-4
+    )
+
+
+@pytest.mark.parametrize(
+    ("agent_name", "video"), [("single_turn_agent", False), ("tool_agent", False), ("tool_agent", True)]
+)
+def test_image_prompts_generate_through_the_hf_rollout_with_their_images(vlm_path, processor, agent_name, video):
     """`rollout.name=hf` behind the agent server: the sampled tokens' log-probs are the actor's on the trajectory,
     which they could only be if generation saw the same images (up to the small probability of the vision tokens,
     which the rollout never samples and leaves out of its distribution)."""
     rollout = HFRollout(load_causal_lm(vlm_path), processor.tokenizer, response_length=12)
     config = rollout_config(response_length=12)
     manager = AgentLoopManager(config, processor.tokenizer, [LocalEngineServer(rollout)], processor=processor)
-    prompts = image_prompts(2, agent_name)
+    prompts = image_prompts(2, agent_name, video)
     if agent_name == "single_turn_agent":  # the dataset's own ids and inputs, as the trainer hands them over
         ids, inputs = encode_prompt_with_images(processor, QUESTION, [figure()], [])
         prompts.non_tensor_batch[F.RAW_PROMPT_IDS] = object_array([ids, ids])
