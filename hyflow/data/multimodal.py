@@ -171,8 +171,9 @@ def mrope_position_ids(
     Text tokens count up on all three rows alike. The k-th image's (or video's) block of t·(h/m)·(w/m) pad tokens
     (grid t, h, w of patches, merge size m) gets (start + t_i, start + h_i, start + w_i) for each merged patch in
     raster order (temporal patches outermost), where start is the position after the preceding text; the text
-    after the block resumes at 1 + the block's largest position. Padding positions are 0 (as transformers'
-    `get_rope_index` writes them).
+    after the block resumes at start + max(h, w)/m, whatever t is (as transformers' `get_rope_index` computes it, so
+    training and `transformers.generate` agree; for an image that is 1 + the block's largest position). Padding
+    positions are 0.
     """
     positions = torch.zeros(3, input_ids.shape[0], dtype=torch.long)
     real = attention_mask.bool()
@@ -194,9 +195,8 @@ def mrope_position_ids(
         t, h, w = next(grids[ids[i]])
         h, w = h // spatial_merge_size, w // spatial_merge_size
         grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
-        block = grid.reshape(3, -1) + next_pos
-        out.append(block)
-        next_pos = int(block.max()) + 1
+        out.append(grid.reshape(3, -1) + next_pos)
+        next_pos += max(h, w)
         i += t * h * w
     if out:
         positions[:, real] = torch.cat(out, dim=1)

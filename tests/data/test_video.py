@@ -97,8 +97,12 @@ def test_an_odd_frame_count_repeats_the_last_frame(processor):
     torch.testing.assert_close(odd["pixel_values_videos"], padded["pixel_values_videos"])
 
 
-def test_position_ids_of_an_image_and_a_video_row_are_the_models_mrope_rows(write_rows, processor, vlm_path):
-    row = video_row([[png(frame(c)) for c in COLORS]], content="<image>then<video>?", images=[png(frame(COLORS[0]))])
+@pytest.mark.parametrize("num_frames", [4, 8])  # 8 frames: more temporal patches (4) than merged rows (2)
+def test_position_ids_of_an_image_and_a_video_row_are_the_models_mrope_rows(
+    write_rows, processor, vlm_path, num_frames
+):
+    frames = [png(frame(COLORS[i % 4])) for i in range(num_frames)]
+    row = video_row([frames], content="<image>then<video>?", images=[png(frame(COLORS[0]))])
     item = load(write_rows([row]), processor)[0]
     model = AutoModelForImageTextToText.from_pretrained(vlm_path)
     input_ids, mask, inputs = item[F.INPUT_IDS][None], item[F.ATTENTION_MASK][None], item[F.MULTI_MODAL_INPUTS]
