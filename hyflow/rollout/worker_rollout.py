@@ -143,9 +143,18 @@ class EngineRollout:
         return self.engine.generate(all_prompts, all_params)[start : start + len(prompt_ids)]
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict,
+        request_id: str | None = None,
+        multi_modal_inputs: dict | None = None,
     ) -> CompletionOutput:
         """One request through the shared async step loop (agent loops call this concurrently)."""
+        if multi_modal_inputs:
+            raise ValueError(
+                "an agent loop sent an image prompt, but the hyflow engine has no multimodal prefill yet; set "
+                "actor_rollout_ref.rollout.name=hf (transformers.generate runs the vision-language model)."
+            )
         return (await self.async_engine.generate(prompt_token_ids, params, request_id)).outputs[0]
 
     async def abort(self, request_id: str) -> None:
