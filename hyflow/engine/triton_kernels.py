@@ -241,7 +241,9 @@ SILU_BLOCK = 1024  # columns per program
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for `gate_up` (..., 2I) = [gate | up]; (..., I). A 2-D grid (rows x column blocks) with no
     index division: torch.compile's dynamic-shape kernel for the same op ran at ~1.3 TB/s on an H200 (its flat
-    index is divided by the symbolic width per element), a third of the card's bandwidth."""
+    index is divided by the symbolic width per element), a third of the card's bandwidth. (The training side's
+    `hyflow.models.kernels.triton_norm_act.silu_mul_forward` takes two contiguous tensors; here both halves sit in
+    each row of the fused projection's output and are read in place, and the engine imports nothing from training.)"""
     width = gate_up.shape[-1]
     half = width // 2
     x = gate_up.reshape(-1, width)
