@@ -2,8 +2,9 @@
 
 A full block is identified by the hash of its tokens chained with the hash of the block before it, so equal hashes
 mean equal prefixes (the token ids are compared too, against collisions). A block holding an image's pad tokens
-adds the image's hash to its tokens (`Sequence.block_key`, multimodal.py): equal ids, different pictures, no hit. When a sequence is admitted, its leading
-full blocks are looked up: a hit shares the block (ref count + 1) and skips computing those tokens. The `n` samples
+adds the image's hash to its tokens (`Sequence.block_key`, multimodal.py): equal ids, different pictures, no hit.
+When a sequence is admitted, its leading full blocks are looked up: a hit shares the block (ref count + 1) and
+skips computing those tokens. The `n` samples
 of one prompt are admitted in the same step and so share the prompt's blocks: the first writes them and, because
 every layer stores all new K/V before any attention reads, the others read them in the same forward.
 
