@@ -42,7 +42,8 @@ def step_embeddings(
     for seq, start, offset in _new_tokens(seqs):
         if seq.images is None:
             continue
-        for pixels, grid, key, (first, end) in zip(*_image_fields(seq)):
+        view = seq.images
+        for pixels, grid, key, (first, end) in zip(view.pixel_values, view.grids, view.hashes, view.spans):
             lo, hi = max(first, start), min(end, seq.num_tokens)
             if lo < hi:
                 images[key] = (pixels, grid)
@@ -59,11 +60,6 @@ def step_embeddings(
     for key, row, index, count in targets:
         embeds[index : index + count] = by_image[key][row : row + count].to(embeds.dtype)
     return embeds
-
-
-def _image_fields(seq: Sequence) -> tuple[list, list, list, list]:
-    images = seq.images
-    return images.pixel_values, images.grids, images.hashes, images.spans
 
 
 def rope_positions(seqs: list[Sequence], positions: torch.Tensor) -> torch.Tensor:

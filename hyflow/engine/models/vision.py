@@ -80,6 +80,7 @@ class VisionTower(nn.Module):
         with torch.device(device):
             self.tower = tower_class._from_config(hf_config.vision_config, dtype=dtype)
         self.tower.eval().requires_grad_(False)
+        self.params = dict(self.tower.named_parameters())
         self.merge_size = hf_config.vision_config.spatial_merge_size
         self.dtype = dtype
 
@@ -94,8 +95,7 @@ class VisionTower(nn.Module):
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Copies tensors named as inside the tower (`blocks.0.attn.qkv.weight`, ...) in place; returns the count."""
-        params = dict(self.tower.named_parameters())
-        count = 0
+        params, count = self.params, 0
         for name, tensor in weights:
             if name not in params:
                 raise KeyError(
@@ -136,7 +136,7 @@ def load_vision_tower(
     """The vision tower of a VLM config, filled with the vision part of `weights` (HF names, the model's whole
     state dict or only its vision tensors); ValueError when some of its parameters are missing."""
     tower = VisionTower(hf_config, dtype, device)
-    expected = len(dict(tower.tower.named_parameters()))
+    expected = len(tower.params)
     loaded = tower.load_weights(vision_weights(weights))
     if loaded != expected:
         raise ValueError(
