@@ -75,6 +75,21 @@ def row_images(multi_modal_inputs: Any, num_rows: int) -> list[dict[str, Any] | 
     return rows if any(row is not None for row in rows) else None
 
 
+def vision_markup_ids(hf_config: Any) -> list[int]:
+    """A vision-language model's image / video pad and vision start / end token ids."""
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return [i for i in (getattr(hf_config, name, None) for name in names) if i is not None]
+
+
+def without_vision_markup(output: CompletionOutput, vision_ids: list[int]) -> CompletionOutput:
+    """A response that sampled a vision markup token (a stop token of the engine's VLM requests) ends just before
+    it, finish_reason "stop": a pad token in a response would take an image slot in the training forward (the hf
+    rollout suppresses these tokens instead)."""
+    if not output.token_ids or output.token_ids[-1] not in vision_ids:
+        return output
+    return dataclasses.replace(output, token_ids=output.token_ids[:-1], log_probs=output.log_probs[:-1])
+
+
 def engine_config_from_rollout(config: Any) -> EngineConfig:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     max_model_len = config.max_model_len or config.prompt_length + config.response_length
@@ -114,9 +129,12 @@ class EngineRollout:
         self.async_engine = AsyncLLMEngine(self.engine)
         pad = tokenizer.pad_token_id if tokenizer is not None else None
         self.pad_token_id = pad if pad is not None else min(self.engine.eos_token_ids, default=0)
+        self.vision_token_ids = vision_markup_ids(self.engine.hf_config) if self.engine.vision is not None else []
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         params = sampling_for_batch(self.config, prompts.meta_info)
+        if self.vision_token_ids:  # a response never holds vision markup (see `without_vision_markup`)
+            params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *self.vision_token_ids])
         eos = prompts.meta_info.get(F.EOS_TOKEN_ID)
         if eos is not None:
             self.engine.eos_token_ids |= set(eos if isinstance(eos, list) else [eos])
@@ -124,6 +142,8 @@ class EngineRollout:
         params = row_sampling_params(params, prompts.meta_info.get(F.SEED), len(prompt_ids))
         images = row_images(prompts.non_tensor_batch.get(F.MULTI_MODAL_INPUTS), len(prompt_ids))
         outputs = [out.outputs[0] for out in self._generate(prompt_ids, params, images)]
+        if self.vision_token_ids:
+            outputs = [without_vision_markup(o, self.vision_token_ids) for o in outputs]
         return pack_responses(
             prompts,
             [o.token_ids for o in outputs],
