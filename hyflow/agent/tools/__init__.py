@@ -1,5 +1,5 @@
-"""Tools an agent loop can call: the interface, the YAML loader and the built-ins (calculator, python, search), and
-`function_tool` (a plain Python function as a tool)."""
+"""Tools an agent loop can call: the interface, the YAML loader and the built-ins (calculator, python, search,
+image_zoom), and `function_tool` (a plain Python function as a tool)."""
 
 from hyflow.agent.tools.base import BaseTool, ToolConfig, ToolResponse, validate_tool_schema
 from hyflow.agent.tools.function_tool import function_schema, function_tool

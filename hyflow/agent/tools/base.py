@@ -26,8 +26,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 @dataclass
 class ToolResponse:
-    """What a tool call returns to the conversation. Only `text` reaches the model: the agent loops are text-only,
-    and they log a warning and drop `image` / `video` (accepted so that verl tools load unchanged)."""
+    """What a tool call returns to the conversation: `text`, and `image` (PIL images, `{"bytes", "path"}` or file
+    paths), which a vision-language model sees in front of the text (`hyflow.agent.vision`; a text-only model's loop
+    drops them with a warning). `video` is accepted so that verl tools load, and dropped with a warning."""
 
     text: str | None = None
     image: list[Any] | None = None
@@ -93,11 +94,13 @@ class BaseTool(ABC):
     """A tool the model can call. Subclasses implement `execute`; override the other hooks when they hold state.
 
     `config_class` is the dataclass of the tool's settings; `default_schema` lets a YAML entry omit
-    `tool_schema`. `self.name` is the function name in the schema, the name the model calls.
+    `tool_schema`. `self.name` is the function name in the schema, the name the model calls. A tool that works on
+    the sample's images sets `takes_images = True`.
     """
 
     config_class: ClassVar[type] = ToolConfig
     default_schema: ClassVar[dict[str, Any] | None] = None
+    takes_images: ClassVar[bool] = False  # True: `create` gets the prompt's images as `image_data=[PIL images]`
 
     def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | Any | None = None) -> None:
         self.config = build_config(self.config_class, config, where=f"tool {type(self).__name__}")

@@ -30,6 +30,7 @@ BUILTIN_TOOLS: dict[str, str] = {
     "calculator": "hyflow.agent.tools.calculator.CalculatorTool",
     "python": "hyflow.agent.tools.python_executor.PythonTool",
     "search": "hyflow.agent.tools.search.SearchTool",
+    "image_zoom": "hyflow.agent.tools.image_zoom.ImageZoomTool",
 }
 _ENTRY_KEYS = ("class_name", "config", "tool_schema")
 

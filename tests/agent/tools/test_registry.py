@@ -42,7 +42,10 @@ def test_tools_load_by_built_in_name_or_import_path_with_config_and_schema(tmp_p
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("- class_name: calculater", r"class_name='calculater' is neither a built-in.*\['calculator', 'python'"),
+        (
+            "- class_name: calculater",
+            r"class_name='calculater' is neither a built-in.*\['calculator', 'image_zoom', 'python'",
+        ),
         ("- class_name: hyflow.agent.tools.nope.Tool", "cannot be imported"),
         ("- class_name: hyflow.agent.tools.base.ToolResponse", "is not a subclass of BaseTool"),
         ("- {class_name: calculator, confg: {}}", r"unknown: \['confg'\]"),
