@@ -14,7 +14,7 @@ from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.engine import LLMEngine
 
-from .engine_testkit import hf_greedy, make_tiny_hf_model
+from .engine_testkit import hf_greedy, make_tiny_hf_model, pause_after_steps, rescore
 
 PROMPTS = [[5, 9, 13, 17, 21, 3, 7], [11, 4, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38]]
 NUM_TOKENS = 16
@@ -64,20 +64,6 @@ def tokens_before_update(versions: list[int]) -> int:
     cut = versions.count(0)
     assert versions == [0] * cut + [1] * (len(versions) - cut) and 0 < cut < len(versions), versions
     return cut
-
-
-def rescore(
-    models: dict[int, torch.nn.Module], prompt: list[int], tokens: list[int], versions: list[int]
-) -> tuple[torch.Tensor, list[int]]:
-    """A full forward of prompt + tokens under the weights of each token's version: at each token, its log-prob
-    (log_softmax: temperature 1, no filters) and the greedy choice (argmax) for that position."""
-    ids = torch.tensor([prompt + tokens])
-    with torch.no_grad():  # (num versions, num tokens, V)
-        log_probs = torch.stack(
-            [model(ids).logits[0, len(prompt) - 1 : -1].log_softmax(-1) for model in models.values()]
-        )
-    per_token = log_probs[torch.tensor(versions), torch.arange(len(tokens))]  # (num tokens, V)
-    return per_token.gather(1, torch.tensor(tokens)[:, None])[:, 0], per_token.argmax(-1).tolist()
 
 
 def assert_greedy_under_each_tokens_version(models, prompt: list[int], out) -> None:
@@ -185,16 +171,15 @@ def test_generate_while_paused_and_a_version_that_goes_back_are_clear_errors(mod
 def test_async_callers_wait_through_a_pause_and_get_the_tokens_of_both_policies(models):
     engine = make_engine(models[0], "async-windows")
     async_engine = AsyncLLMEngine(engine)
+    pause_after_steps(engine, 2)
 
     async def main():
         running = [
             asyncio.create_task(async_engine.generate(p, GREEDY, request_id=f"r{i}")) for i, p in enumerate(PROMPTS)
         ]
-        while (
-            len(engine.requests) < 3 or min(len(seqs[0].output_token_ids) for _, seqs in engine.requests.values()) < 2
-        ):
+        while not engine.paused:  # it pauses itself after its second step
             await asyncio.sleep(0.001)
-        await async_engine.pause()
+        await async_engine.pause()  # paused already: a no-op
         counts = [len(seqs[0].output_token_ids) for _, seqs in engine.requests.values()]
         late = asyncio.create_task(async_engine.generate(PROMPTS[0], GREEDY, request_id="late"))
         aborted = asyncio.create_task(async_engine.generate(PROMPTS[1], GREEDY, request_id="aborted"))
