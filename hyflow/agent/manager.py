@@ -8,8 +8,9 @@ an asyncio task; all turns of one sample go to one server (`ServerRouter`). Tool
 `rollout.multi_turn.tool_config_path` / `interaction_config_path` once, here, so a bad config fails at start-up.
 
 Output (B samples, P = rollout.prompt_length, R = rollout.response_length): `prompts` (B, P) left-padded,
-`responses`, `response_mask`, `rollout_log_probs` (B, R) right-padded, `input_ids`, `attention_mask`,
-`position_ids` (B, P + R); non-tensor `num_turns`, `finish_reason`, and the reward extras `turn_scores`,
+`responses`, `response_mask`, `rollout_log_probs`, `rollout_policy_versions` (B, R) right-padded (versions: -1 on
+tool / user tokens and padding), `input_ids`, `attention_mask`, `position_ids` (B, P + R); non-tensor `num_turns`,
+`finish_reason`, `rollout_policy_version_min` / `_max`, and the reward extras `turn_scores`,
 `tool_rewards`, `tool_scores`; `meta_info["metrics"]` (batch means of the loops' counters) and `["timing"]`.
 """
 
@@ -43,6 +44,7 @@ from hyflow.agent.tools.registry import import_class, initialize_tools_from_conf
 from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.engine.config import SamplingParams
 from hyflow.protocol import DataProto
+from hyflow.rollout.policy_versions import version_range
 from hyflow.rollout.worker_rollout import row_sampling_params, sampling_for_batch
 
 logger = logging.getLogger(__name__)
@@ -162,6 +164,7 @@ class AgentLoopManager:
         response_mask = torch.zeros_like(responses)
         response_attention = torch.zeros_like(responses)
         log_probs = torch.zeros((len(outputs), response_length), dtype=torch.float32)
+        versions = torch.full((len(outputs), response_length), -1, dtype=torch.long)
         for i, out in enumerate(outputs):
             p, r = len(out.prompt_ids), len(out.response_ids)
             if p:
@@ -171,6 +174,8 @@ class AgentLoopManager:
             response_mask[i, :r] = torch.tensor(out.response_mask, dtype=torch.long)
             response_attention[i, :r] = 1
             log_probs[i, :r] = torch.tensor(out.response_log_probs, dtype=torch.float32)
+            if out.response_policy_versions is not None:
+                versions[i, :r] = torch.tensor(out.response_policy_versions, dtype=torch.long)
         attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
         tensors = {
             F.PROMPTS: prompts,
@@ -180,10 +185,12 @@ class AgentLoopManager:
             F.ATTENTION_MASK: attention_mask,
             F.POSITION_IDS: (attention_mask.cumsum(dim=1) - 1).clamp(min=0) * attention_mask,
             F.ROLLOUT_LOG_PROBS: log_probs,
+            F.ROLLOUT_POLICY_VERSIONS: versions,
         }
         non_tensors = {
             F.NUM_TURNS: [out.num_turns for out in outputs],
             F.FINISH_REASON: [out.finish_reason for out in outputs],
+            **version_range(versions),
             **{key: [out.extra_fields.get(key) for out in outputs] for key in EXTRA_FIELDS},
         }
         return DataProto.from_dict(tensors, non_tensors, meta_info={F.METRICS: batch_metrics(outputs)})

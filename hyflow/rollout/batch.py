@@ -15,6 +15,7 @@ import torch
 
 from hyflow import fields as F
 from hyflow.protocol import DataProto
+from hyflow.rollout.policy_versions import version_range
 
 
 def unpadded_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
@@ -66,6 +67,5 @@ def pack_responses(
             row = row[:response_length]
             versions[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         tensors[F.ROLLOUT_POLICY_VERSIONS] = versions.to(device)
-        non_tensors[F.ROLLOUT_POLICY_VERSION_MIN] = np.array([min(row, default=-1) for row in policy_versions], object)
-        non_tensors[F.ROLLOUT_POLICY_VERSION_MAX] = np.array([max(row, default=-1) for row in policy_versions], object)
+        non_tensors.update(version_range(versions))
     return DataProto.from_dict(tensors, non_tensors, dict(prompt_batch.meta_info))

@@ -1,5 +1,7 @@
-"""Metrics of the policy versions that sampled a batch's tokens (`rollout_policy_versions`, partial rollouts).
+"""The policy versions that sampled a batch's tokens (`rollout_policy_versions`, partial rollouts): each row's
+range, and metrics.
 
+    non_tensors.update(version_range(versions))          # rollout_policy_version_min / _max per row
     metrics = policy_version_metrics(batch.batch[F.ROLLOUT_POLICY_VERSIONS], batch.batch[F.RESPONSE_MASK], 7)
 
 Keys are by lag behind a reference version (the weights the engine holds now, or the trainer's), not by absolute
@@ -9,7 +11,23 @@ plus `rollout/policy_version_min` / `_max` over the batch's tokens.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from hyflow import fields as F
+
+
+def version_range(versions: torch.Tensor) -> dict[str, np.ndarray]:
+    """Per row of versions (B, R), the oldest and newest version among its tokens (entries >= 0; -1 marks padding,
+    context tokens and untracked ones), -1 for a row with none: the non-tensor fields of that name."""
+    tracked = versions >= 0
+    oldest = torch.where(tracked, versions, torch.iinfo(versions.dtype).max).amin(dim=1)
+    newest = versions.amax(dim=1)  # -1 where nothing is tracked
+    oldest = torch.where(tracked.any(dim=1), oldest, -1)
+    return {
+        F.ROLLOUT_POLICY_VERSION_MIN: np.array(oldest.tolist(), dtype=object),
+        F.ROLLOUT_POLICY_VERSION_MAX: np.array(newest.tolist(), dtype=object),
+    }
 
 
 def policy_version_metrics(versions: torch.Tensor, mask: torch.Tensor, current_version: int) -> dict[str, float]:
