@@ -4,8 +4,9 @@
     wg.init_model()
     out = wg.generate_sequences(prompts)            # rollout: gathers the actor's weights into the engine first
     wg.rollout_mode(); ...; wg.trainer_mode()        # agent loops: per-request `generate_request` calls in between
-    out = await worker.generate_sequences_async(prompts)                     # async training (a rollout pool):
-    await worker.update_rollout_weights_in_flight(weights, policy_version=k)  # meanwhile: a partial rollout
+    future = wg.generate_sequences_async(prompts)                  # async training (a rollout pool): no wait
+    wg.update_rollout_weights_in_flight(weights, policy_version=k)  # meanwhile: its requests go on with new weights
+    out = future.get()                                              # rows with tokens of both versions
     old = wg.compute_log_prob(batch)                 # old_log_probs, entropys
     ref = wg.compute_ref_log_prob(batch)             # ref_log_prob
     metrics = wg.update_actor(batch).meta_info["metrics"]
@@ -209,13 +210,13 @@ class ActorRolloutRefWorker(Worker):
         self._require(self.rollout, "generate_request", "rollout")
         return await self.rollout.generate(prompt_ids, sampling_params, request_id=request_id)
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
     async def generate_sequences_async(self, prompts: DataProto) -> DataProto:
         """`generate_sequences` for asynchronous training: every row is a request of the engine's async step loop,
         so an `update_rollout_weights_in_flight` call that arrives meanwhile pauses it at a step boundary, loads the
         new weights and resumes (on Ray both run at once: async methods make this an async actor). Rows then hold
-        tokens of two versions (`rollout_policy_versions`). No weight sync from this worker's actor and no
-        `trainer_mode`: the engine stays awake for the next batch."""
+        tokens of two versions (`rollout_policy_versions`). The group call does not block: it returns a future
+        (`.get()`). No weight sync from this worker's actor and no `trainer_mode`: the engine stays awake."""
         self._require(self.rollout, "generate_sequences_async", "rollout")
         self._require_engine("generate_sequences_async")
         await self.rollout.async_engine.wake()
