@@ -25,6 +25,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -66,10 +67,15 @@ class AsyncLLMEngine:
         return self._step_lock
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None = None,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> RequestOutput:
-        """Generates for one prompt; returns when it finishes (or is aborted). Bad input raises ValueError."""
-        request_id = await self._add(prompt_token_ids, params, request_id)
+        """Generates for one prompt (with its images' processor outputs, see `LLMEngine.add_request`); returns when
+        it finishes (or is aborted). Bad input raises ValueError."""
+        request_id = await self._add(prompt_token_ids, params, request_id, multi_modal_inputs)
         future = asyncio.get_running_loop().create_future()
         self._futures[request_id] = future
         self._wakeup.set()
@@ -80,12 +86,16 @@ class AsyncLLMEngine:
             raise
 
     async def stream(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None = None,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Generates for one prompt, yielding its output so far after every step that added tokens (token ids and
         log-probs, no text, finish_reason None while running), and last the final output (with text). Closing the
         iterator early (or cancelling its reader) aborts the request."""
-        request_id = await self._add(prompt_token_ids, params, request_id)
+        request_id = await self._add(prompt_token_ids, params, request_id, multi_modal_inputs)
         stream = self._streams[request_id] = _Stream()
         self._wakeup.set()
         try:
@@ -103,7 +113,11 @@ class AsyncLLMEngine:
                 await self._abort_quietly(request_id)
 
     async def _add(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None, request_id: str | None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None,
+        request_id: str | None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> str:
         if self.engine.tp.size > 1:
             # Requests would reach the ranks of a TP group in different orders, so their schedulers would disagree.
@@ -116,7 +130,7 @@ class AsyncLLMEngine:
         if request_id is None:
             request_id, self._next_id = f"async-{self._next_id}", self._next_id + 1
         async with lock:  # never add while a step runs in the worker thread
-            return self.engine.add_request(prompt_token_ids, params, request_id)
+            return self.engine.add_request(prompt_token_ids, params, request_id, multi_modal_inputs)
 
     async def abort(self, request_id: str) -> None:
         """Ends a request now; its caller receives the partial output with finish_reason "abort"."""

@@ -41,7 +41,9 @@ from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.in_flight import HostOutputs, InFlight, read_outputs
 from hyflow.engine.kv_cache import num_blocks_for_memory
 from hyflow.engine.model_runner import ModelRunner
-from hyflow.engine.models import load_model
+from hyflow.engine.models import load_model, load_vision
+from hyflow.engine.models.vision import load_weights
+from hyflow.engine.multimodal import PromptImages, prompt_images
 from hyflow.engine.parallel import TensorParallel
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
@@ -88,15 +90,16 @@ class LLMEngine:
             from transformers import AutoConfig
 
             self.hf_config = AutoConfig.from_pretrained(model)
-        max_model_len = config.check_model_len(self.hf_config.max_position_embeddings)
+        max_model_len = config.check_model_len(self.hf_config.get_text_config().max_position_embeddings)
         self.model = load_model(model, max_model_len, self.dtype, self.device, self.tp)
+        self.vision = load_vision(model, self.dtype, self.device)  # a VLM's vision tower, run at prefill
         self.tokenizer = tokenizer
         self.eos_token_ids = _eos_ids(model, self.hf_config, tokenizer)
         # The ranks of a TP group must schedule alike, so they all take the smallest cache any of them can hold.
         num_blocks = self.tp.min(num_blocks_for_memory(self.model.args, config, self.dtype, self.device), self.device)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
-        self.runner = ModelRunner(self.model, config, num_blocks, self.device, self.dtype)
+        self.runner = ModelRunner(self.model, config, num_blocks, self.device, self.dtype, self.vision)
         self.requests: dict[str, tuple[list[int], list[Sequence]]] = {}
         self._seed_source = random.Random(config.seed)
         self.last_step_was_prefill = False  # for step-time metrics
@@ -137,10 +140,29 @@ class LLMEngine:
                 f"{self.block_manager.num_blocks}; lower max_tokens or give the KV cache more memory"
             )
 
+    def _prompt_images(self, request_id: str, prompt: list[int], inputs: dict[str, Any] | None) -> PromptImages | None:
+        """The request's images (multimodal.py), None for a text prompt; ValueError when the model has no vision
+        tower or the inputs do not match the prompt."""
+        if not inputs:
+            return None
+        if self.vision is None:
+            raise ValueError(
+                f"request {request_id!r} carries images (multi_modal_inputs), but the engine's model "
+                f"{getattr(self.hf_config, 'architectures', None)} has no vision tower; load a vision-language model"
+            )
+        image_token_id = self.hf_config.image_token_id
+        return prompt_images(prompt, inputs, image_token_id, self.vision.merge_size, request_id)
+
     def add_request(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None = None,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> str:
-        """Queues one request (its `n` samples share the prompt's cache blocks); returns its id."""
+        """Queues one request (its `n` samples share the prompt's cache blocks); returns its id.
+        `multi_modal_inputs`: the processor's `pixel_values` and `image_grid_thw` of an image prompt, whose
+        `prompt_token_ids` hold each image's pad tokens expanded (as the processor returns them)."""
         if params is None:
             params = SamplingParams()
         elif isinstance(params, dict):
@@ -149,8 +171,10 @@ class LLMEngine:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
         prompt = [int(t) for t in prompt_token_ids]
         self._check_request(request_id, prompt, params)
+        images = self._prompt_images(request_id, prompt, multi_modal_inputs)
         base_seed = params.seed if params.seed is not None else self._seed_source.getrandbits(32)
-        seqs = [Sequence(request_id, prompt, params, hash((base_seed, i)) & 0xFFFFFFFF, i) for i in range(params.n)]
+        seeds = [hash((base_seed, i)) & 0xFFFFFFFF for i in range(params.n)]
+        seqs = [Sequence(request_id, prompt, params, seed, i, images) for i, seed in enumerate(seeds)]
         for seq in seqs:
             self.scheduler.add(seq)
         self.requests[request_id] = (prompt, seqs)
@@ -313,12 +337,17 @@ class LLMEngine:
         prompts: list[list[int]],
         params: SamplingParams | list[SamplingParams] | None = None,
         progress: bool = False,
+        multi_modal_inputs: list[dict[str, Any] | None] | None = None,
     ) -> list[RequestOutput]:
         """Batch API: generates for every prompt and returns the outputs in prompt order (`progress`: a tqdm bar
-        of finished prompts on stderr, for long offline runs)."""
+        of finished prompts on stderr, for long offline runs; `multi_modal_inputs`: one per prompt, None for a
+        text prompt, see `add_request`)."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; give one or one each")
+        images = multi_modal_inputs if multi_modal_inputs is not None else [None] * len(prompts)
+        if len(images) != len(prompts):
+            raise ValueError(f"got {len(images)} multi_modal_inputs for {len(prompts)} prompts; give one per prompt")
         self.runner.require_awake()  # before queueing: an asleep engine keeps no request of this batch
         if self.paused:
             raise RuntimeError(
@@ -327,8 +356,8 @@ class LLMEngine:
             )
         ids: list[str] = []
         try:
-            for prompt, p in zip(prompts, params_list):
-                ids.append(self.add_request(prompt, p))
+            for prompt, p, image_inputs in zip(prompts, params_list, images):
+                ids.append(self.add_request(prompt, p, multi_modal_inputs=image_inputs))
         except ValueError:  # one bad prompt: queue none of the batch
             for request_id in ids:
                 self.abort(request_id)
@@ -355,10 +384,10 @@ class LLMEngine:
         self.paused = False
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
-        """Copies HF-named tensors into the model in place and sets `policy_version` (default: one more), which
-        every token sampled from now on records. Pass the version when the weights come in several calls (one
-        bucket each). Call it between steps or while paused; a batch queued ahead is dropped (it computes with the
-        old weights).
+        """Copies HF-named tensors into the model (a VLM's vision tower included) in place and sets `policy_version`
+        (default: one more), which every token sampled from now on records. Pass the version when the weights come
+        in several calls (one bucket each). Call it between steps or while paused; a batch queued ahead is dropped
+        (it computes with the old weights).
 
         Cached prefixes are forgotten (old weights). The running sequences go on under the new weights:
         `partial_rollout_kv="recompute"` moves them back to the queue, to re-prefill prompt + tokens so far;
@@ -369,7 +398,7 @@ class LLMEngine:
                 f"{self.policy_version}; versions only grow (pass the trainer's step of the weights, or None for +1)"
             )
         self.in_flight.drop()  # it computes with the old weights
-        count = self.model.load_weights(weights)
+        count = load_weights(self.model, self.vision, weights)
         self.policy_version = self.policy_version + 1 if policy_version is None else policy_version
         if self.config.partial_rollout_kv == "keep":
             self.block_manager.forget_prefixes(list(self.scheduler.running))

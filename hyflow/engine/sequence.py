@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hyflow.engine.config import SamplingParams
+from hyflow.engine.multimodal import PromptImages
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -30,7 +31,13 @@ _seq_counter = itertools.count()
 
 class Sequence:
     def __init__(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, seed: int, sample_index: int = 0
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        seed: int,
+        sample_index: int = 0,
+        images: PromptImages | None = None,
     ) -> None:
         self.seq_id = next(_seq_counter)
         self.request_id = request_id
@@ -48,6 +55,7 @@ class Sequence:
         self.raw_log_probs: list[float] = []
         self.top_log_probs: list[dict[int, float]] = []  # per output token, when params.top_log_probs
         self.policy_versions: list[int] = []  # per output token: the weights' version that sampled it
+        self.images = images  # the prompt's images (multimodal.py), None for a text prompt
 
     def __len__(self) -> int:
         return self.num_tokens
@@ -65,6 +73,13 @@ class Sequence:
 
     def block_tokens(self, index: int, block_size: int) -> list[int]:
         return self.token_ids[index * block_size : (index + 1) * block_size]
+
+    def block_key(self, index: int, block_size: int) -> tuple[int, ...]:
+        """What identifies block `index`'s content for prefix sharing: its token ids, then the hashes of the
+        images whose pad tokens it holds (every image's pads are the same id)."""
+        start = index * block_size
+        tokens = tuple(self.token_ids[start : start + block_size])
+        return tokens if self.images is None else tokens + self.images.hashes_between(start, start + block_size)
 
     def append(
         self,
