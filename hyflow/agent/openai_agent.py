@@ -98,7 +98,7 @@ class RolloutEndpoint:
         params = dataclasses.replace(self.sampling_params, max_tokens=budget, seed=seed)
         context = data.prompt_ids + data.response_ids
         output = await self.loop.server.generate(data.request_id, context, params)
-        data.append_model_tokens(output.token_ids, output.log_probs)
+        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions)
         data.assistant_turns += 1
         ended_with_eos = bool(output.token_ids) and output.token_ids[-1] == tokenizer.eos_token_id
         data.last_turn_ended_with_eos = ended_with_eos
