@@ -97,9 +97,12 @@ def load_processor(
 
     size_kwargs = {key: value for key, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)) if value}
     model_type = _model_type(path)
-    if is_torchvision_available() or model_type not in QWEN2_VL_FAMILY:
+    has_video_processor = os.path.isfile(os.path.join(path, "video_preprocessor_config.json"))
+    if model_type not in QWEN2_VL_FAMILY or (is_torchvision_available() and has_video_processor):
         return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **size_kwargs)
-    logger.info("torchvision is not installed: loading %s's processor for images only (no videos)", path)
+    # transformers' video processors need torchvision and their own config file; without either, the image
+    # processor serves images (and hyflow's video frames, hyflow/data/video.py).
+    logger.info("no torchvision or no video processor config: loading %s's image processor and tokenizer", path)
     image_processor = AutoImageProcessor.from_pretrained(path, **size_kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     return image_text_processor_class()(image_processor, tokenizer, chat_template=_chat_template(path))
