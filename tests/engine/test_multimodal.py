@@ -129,3 +129,16 @@ def test_a_text_model_refuses_image_inputs():
     images = {"pixel_values": torch.zeros(4, 1176), "image_grid_thw": torch.tensor([[1, 2, 2]])}
     with pytest.raises(ValueError, match="has no vision tower"):
         engine.add_request([5, 6, 7], GREEDY, "r", multi_modal_inputs=images)
+
+
+@pytest.mark.timeout(120)
+def test_preempted_image_sequences_are_recomputed_with_their_images_and_positions(vlm):
+    model, processor, _ = vlm
+    requests = [engine_inputs(image_prompt(processor, [random_image(seed)])) for seed in (10, 11, 12)]
+    prompts, images = [p for p, _ in requests], [i for _, i in requests]
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    expected = make_engine(model).generate(prompts, params, multi_modal_inputs=images)
+    small = make_engine(model, num_kv_blocks=12)
+    outputs = small.generate(prompts, params, multi_modal_inputs=images)
+    assert small.scheduler.num_preemptions > 0
+    assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in expected]
