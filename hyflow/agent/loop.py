@@ -14,6 +14,10 @@ by name and are picked per sample through its `agent_name`:
 
 Response layout (R = response tokens): `response_ids[i]` is a model token when `response_mask[i] == 1` (with its
 sampling log-prob in `response_log_probs[i]`), a tool / user token when 0 (log-prob 0.0).
+
+Vision-language models: `AgentData.image_data` / `video_data` hold the episode's images and videos (the prompt's,
+then those tools returned) and `multi_modal_inputs` their processor outputs, in the order of their pad tokens in
+prompt_ids + response_ids; the output carries `multi_modal_inputs` to training (see `hyflow.agent.vision`).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class AgentLoopOutput:
     # Reward extras: "turn_scores" (one per interaction turn), "tool_rewards" (one per executed tool call),
     # "tool_scores" (tool name -> its calc_reward for the episode, tool_agent only).
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    # Processor outputs of every image / video of prompt + response (vision-language models; None: text only).
+    multi_modal_inputs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         lengths = {len(self.response_ids), len(self.response_mask), len(self.response_log_probs)}
@@ -94,6 +100,16 @@ class AgentData:
     finish_reason: EpisodeEnd = "stop"
     metrics: AgentLoopMetrics = field(default_factory=AgentLoopMetrics)
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    image_data: list[Any] = field(default_factory=list)  # PIL images, in the order of their pads
+    video_data: list[list[Any]] = field(default_factory=list)  # videos as frame lists, likewise
+    multi_modal_inputs: dict[str, Any] = field(default_factory=dict)  # their processor outputs
+
+    def add_images(self, images: list[Any], inputs: dict[str, Any]) -> None:
+        """Images whose pad tokens were just appended: kept, and their processor outputs appended."""
+        from hyflow.agent.vision import merge_inputs
+
+        self.image_data += images
+        self.multi_modal_inputs = merge_inputs(self.multi_modal_inputs, inputs)
 
     def append_model_tokens(self, token_ids: list[int], log_probs: list[float]) -> None:
         """Tokens the policy sampled: trained on (mask 1), with the log-probs they were sampled with."""
@@ -123,6 +139,7 @@ class AgentData:
                 "tool_rewards": list(self.tool_rewards),
                 **self.extra_fields,
             },
+            multi_modal_inputs=dict(self.multi_modal_inputs) or None,
         )
 
 
@@ -138,6 +155,7 @@ class AgentLoopContext:
     message_delta: MessageDelta
     tools: dict[str, BaseTool] = field(default_factory=dict)
     interactions: dict[str, BaseInteraction] = field(default_factory=dict)
+    processor: Any = None  # a vision-language model's processor (None: text only)
 
 
 class AgentLoopBase(ABC):

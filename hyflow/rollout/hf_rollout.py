@@ -23,7 +23,7 @@ from torch import nn
 from hyflow import fields as F
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.sequence import CompletionOutput
-from hyflow.models.multimodal import batch_vision_inputs
+from hyflow.models.multimodal import batch_vision_inputs, mm_token_type_ids
 from hyflow.protocol import DataProto
 from hyflow.rollout.batch import pack_responses
 
@@ -60,7 +60,8 @@ class HFRollout:
         self.suppressed_ids = [i for i in (getattr(model.config, n, None) for n in vision_tokens) if i is not None]
 
     def _vision_kwargs(self, input_ids: torch.Tensor, rows: Any, device: torch.device) -> dict[str, torch.Tensor]:
-        """`generate`'s image inputs for the batch: pixel_values, image_grid_thw and the token types (1 = image)."""
+        """`generate`'s vision inputs for the batch: pixel_values, image_grid_thw (pixel_values_videos,
+        video_grid_thw) and the token types (1 = image, 2 = video)."""
         vision = batch_vision_inputs(list(rows) if rows is not None else None, device)
         if not vision:
             return {}
@@ -70,7 +71,7 @@ class HFRollout:
                 f"the prompts carry images, but the rollout model {type(self.model).__name__} has no "
                 "image_token_id in its config; point model.path at a vision-language model."
             )
-        return {**vision, "mm_token_type_ids": (input_ids == image_token_id).long().to(device)}
+        return {**vision, "mm_token_type_ids": mm_token_type_ids(input_ids, self.model.config).to(device)}
 
     @torch.no_grad()
     def _generate(
@@ -108,11 +109,17 @@ class HFRollout:
         return pack_responses(prompts, responses, lps, reasons, self.response_length, self.pad_token_id)
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, torch.Tensor] | None = None,
     ) -> CompletionOutput:
-        """One prompt through `transformers.generate`, in a worker thread."""
+        """One prompt through `transformers.generate`, in a worker thread. `multi_modal_inputs`: the processor
+        outputs of the images / videos whose pad tokens `prompt_token_ids` hold (an agent loop's conversation)."""
         ids = torch.tensor([prompt_token_ids])
-        responses, lps, reasons = await asyncio.to_thread(self._generate, ids, torch.ones_like(ids), params)
+        rows = [multi_modal_inputs] if multi_modal_inputs else None
+        responses, lps, reasons = await asyncio.to_thread(self._generate, ids, torch.ones_like(ids), params, rows)
         return CompletionOutput(0, responses[0], lps[0], reasons[0])
 
     @torch.no_grad()

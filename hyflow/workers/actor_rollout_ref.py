@@ -198,14 +198,17 @@ class ActorRolloutRefWorker(Worker):
         return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
-    async def generate_request(self, prompt_ids: list[int], sampling_params: Any, request_id: str) -> Any:
+    async def generate_request(
+        self, prompt_ids: list[int], sampling_params: Any, request_id: str, **vision: Any
+    ) -> Any:
         """One turn of an agent loop: `await` the engine's async per-request API and return its
         `CompletionOutput` (token ids, log-probs, finish reason). Concurrent calls share the engine's continuous
         batching (on Ray, an async method makes this an async actor: calls of it run concurrently, the other
         methods one at a time). The agent-loop manager calls it on one worker per conversation
-        (`hyflow.agent.server.WorkerServer`), between the group's `rollout_mode()` and `trainer_mode()`."""
+        (`hyflow.agent.server.WorkerServer`), between the group's `rollout_mode()` and `trainer_mode()`.
+        `vision`: `multi_modal_inputs=` of a vision-language model's conversation (hyflow.agent.server)."""
         self._require(self.rollout, "generate_request", "rollout")
-        return await self.rollout.generate(prompt_ids, sampling_params, request_id=request_id)
+        return await self.rollout.generate(prompt_ids, sampling_params, request_id=request_id, **vision)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rollout_mode(self) -> None:

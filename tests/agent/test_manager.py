@@ -138,7 +138,9 @@ def test_missing_lengths_and_bad_tool_configs_fail_at_start_up(tmp_path, tokeniz
     bad = tmp_path / "bad.yaml"
     bad.write_text("tools:\n  - class_name: calculater\n")
     config.multi_turn.tool_config_path = str(bad)
-    with pytest.raises(ValueError, match=r"class_name='calculater'.*\['calculator', 'python', 'search'\]"):
+    with pytest.raises(
+        ValueError, match=r"class_name='calculater'.*\['calculator', 'image_zoom', 'python', 'search'\]"
+    ):
         AgentLoopManager(config, tokenizer, [make_server(["ok"])])
 
 
