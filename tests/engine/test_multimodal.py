@@ -119,6 +119,9 @@ def test_images_that_do_not_match_the_prompt_are_refused_naming_the_request(vlm)
         engine.add_request(one_pad_less, GREEDY, "short", multi_modal_inputs=images)
     with pytest.raises(ValueError, match=r"request 'bare'.*image_grid_thw"):
         engine.add_request(prompt, GREEDY, "bare", multi_modal_inputs={"pixel_values": images["pixel_values"]})
+    video = {"pixel_values_videos": images["pixel_values"], "video_grid_thw": images["image_grid_thw"]}
+    with pytest.raises(ValueError, match=r"request 'video'.*videos.*rollout.name=hf"):
+        engine.add_request(prompt, GREEDY, "video", multi_modal_inputs=video)
     assert not engine.has_unfinished_requests()
 
 
