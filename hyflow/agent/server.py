@@ -46,6 +46,7 @@ class TokenOutput:
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: FinishReason
+    policy_versions: list[int] | None = None  # per token, the engine's weights version; None: not tracked
 
 
 class AsyncLLMServer(Protocol):
@@ -65,6 +66,7 @@ def token_output(output: Any) -> TokenOutput:
         token_ids=list(completion.token_ids),
         log_probs=[float(x) for x in completion.log_probs],
         finish_reason=completion.finish_reason or "abort",
+        policy_versions=None if completion.policy_versions is None else list(completion.policy_versions),
     )
 
 

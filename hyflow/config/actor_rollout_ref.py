@@ -139,6 +139,7 @@ class RolloutConfig:
     num_scheduler_steps: int = 8  # decode steps per host round trip (multi-step decode); 1: one per token
     async_scheduling: bool = True  # queue the next decode window before reading the current one (host overlaps device)
     free_cache_engine: bool = True  # free the KV cache while training
+    partial_rollout_kv: Literal["recompute", "keep"] = "recompute"  # weights loaded mid-request: re-prefill or keep KV
     update_weights_bucket_megabytes: int = 512  # weight sync: the FSDP2 shards gathered this many MB at a time
     tensor_model_parallel_size: int = 1
     calculate_log_probs: bool = False  # return the engine's log-probs as `rollout_log_probs`

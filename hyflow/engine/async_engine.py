@@ -8,6 +8,12 @@
 
 A caller that is cancelled (a client that disconnected, a timeout) aborts its request in the engine.
 
+Weights that change while requests run (a partial rollout; see LLMEngine.pause):
+
+    await engine.pause()                                 # at the step boundary; callers keep waiting
+    await engine.load_weights(named_tensors, policy_version=k + 1)
+    await engine.resume()                                # the waiting requests go on under the new weights
+
 The loop runs as an asyncio task on the caller's event loop; each forward step runs in a worker thread so the event
 loop stays free for tool calls and HTTP. Requests are added and aborted only between steps (on the loop), so the
 scheduler is never touched by two threads at once. The loop sleeps when there is nothing to do.
@@ -17,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.engine import LLMEngine
@@ -160,7 +168,7 @@ class AsyncLLMEngine:
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
-            while self.engine.has_unfinished_requests():
+            while self.engine.has_unfinished_requests() and not self.engine.paused:
                 async with self._step_lock:
                     try:
                         finished = await asyncio.to_thread(self.engine.step)
@@ -185,6 +193,24 @@ class AsyncLLMEngine:
             stream.changed.set()
         self._futures.clear()
         self._streams.clear()
+
+    async def pause(self) -> None:
+        """Stops the step loop at the next step boundary (LLMEngine.pause): waiting callers keep waiting, new
+        requests queue up, aborts still answer with the partial output."""
+        async with self._ensure_loop():
+            await asyncio.to_thread(self.engine.pause)  # waits for the device to finish a batch queued ahead
+
+    async def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
+        """LLMEngine.load_weights between two steps, in a worker thread (the event loop keeps serving tool calls
+        meanwhile). Without `pause()` first the step loop waits for it and then goes on by itself."""
+        async with self._ensure_loop():
+            return await asyncio.to_thread(self.engine.load_weights, weights, policy_version)
+
+    async def resume(self) -> None:
+        """Restarts the step loop after `pause()`."""
+        async with self._ensure_loop():
+            self.engine.resume()
+        self._wakeup.set()
 
     async def sleep(self) -> None:
         """Frees the KV cache between steps (see LLMEngine.sleep)."""

@@ -9,7 +9,9 @@ of one prompt are admitted in the same step and so share the prompt's blocks: th
 every layer stores all new K/V before any attention reads, the others read them in the same forward.
 
 A freed block keeps its hash and content until it is handed out again (least recently freed first), so a prefix
-that comes back later is still found.
+that comes back later is still found. After a weight load every hash is forgotten (the K/V came from the old
+weights); blocks that running sequences keep (`partial_rollout_kv="keep"`) are marked STALE: never found, never
+hashed again, and they break the chain, so no block after them is found either.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections import OrderedDict
 from hyflow.engine.sequence import Sequence
 
 NO_HASH = -1
+STALE = -2  # K/V of weights loaded over since: a running sequence still reads them, no new one may share them
 
 
 def chain_hash(prefix_hash: int, tokens: tuple[int, ...] | list[int]) -> int:
@@ -56,6 +59,16 @@ class BlockManager:
         for block in self.blocks:
             block.hash, block.token_ids = NO_HASH, ()
         self.hash_to_block_id.clear()
+
+    def forget_prefixes(self, kept: list[Sequence]) -> None:
+        """After a weight load: no block is found by prefix any more; the blocks of the `kept` sequences (which
+        continue on their cached K/V) become STALE."""
+        self.hash_to_block_id.clear()
+        for block in self.blocks:
+            block.hash, block.token_ids = NO_HASH, ()
+        for seq in kept:
+            for block_id in seq.block_table:
+                self.blocks[block_id].hash = STALE
 
     def _take_free_block(self) -> Block:
         block_id, _ = self.free_block_ids.popitem(last=False)
@@ -143,9 +156,9 @@ class BlockManager:
         (a broken chain: the block cannot be found by prefix)."""
         block = self.blocks[seq.block_table[index]]
         if block.hash != NO_HASH:
-            return True
+            return block.hash != STALE
         prefix_hash = self.blocks[seq.block_table[index - 1]].hash if index > 0 else NO_HASH
-        if index > 0 and prefix_hash == NO_HASH:
+        if index > 0 and prefix_hash in (NO_HASH, STALE):
             return False
         key = seq.block_key(index, self.block_size)
         self._register(block, chain_hash(prefix_hash, key), key)

@@ -16,6 +16,12 @@ Tensor parallelism (`EngineConfig.tensor_parallel_size`, parallel.py): each proc
 with its shard of the model (`tp_group`, or groups of consecutive ranks of the torch.distributed world) and calls
 `generate` with the same prompts and sampling parameters. The logits, hence the tokens, are identical on every rank,
 so the schedulers agree step by step (SPMD) and every rank returns the same outputs.
+
+Partial rollouts (weights that change while requests run): `pause()` stops at the step boundary (the requests keep
+their tokens; nothing runs until `resume()`, requests added meanwhile wait), `load_weights(weights,
+policy_version=k)` loads new weights in place, `resume()` goes on. Every output token records the `policy_version`
+whose weights sampled it (`CompletionOutput.policy_versions`); `EngineConfig.partial_rollout_kv` says whether the
+running sequences' KV cache is recomputed under the new weights (default) or kept.
 """
 
 from __future__ import annotations
@@ -100,6 +106,10 @@ class LLMEngine:
         self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
         self.in_flight = InFlight(self.scheduler, self.runner.launch, config.async_scheduling)
         self._next_id = 0
+        # The weights' version, recorded with every token sampled. Every batch a `step()` reads was launched after
+        # the last `load_weights` (which drops anything queued before it), so its tokens come from these weights.
+        self.policy_version = 0
+        self.paused = False  # pause() ... resume(): `step()` runs nothing
 
     # ---- requests -------------------------------------------------------------------------------------------
     def _check_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
@@ -190,6 +200,8 @@ class LLMEngine:
         steps; the tokens after a stop are dropped. With async scheduling the next window (or the next prefill) is
         queued on the device before this one's tokens are read (scheduler.py); it is what the next call reads.
         """
+        if self.paused:
+            return []
         self.runner.require_awake()  # before scheduling: a failed step must leave the queue as it was
         launched = self.in_flight.take()
         if launched is None:
@@ -238,7 +250,8 @@ class LLMEngine:
             return self._append_token_run(seq, tokens, log_probs, raw if keep_raw else None, top)
         for k, token in enumerate(tokens):
             seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
-            seq.append(token, log_probs[k], raw[k] if keep_raw else None, None if top is None else top[k])
+            top_k = None if top is None else top[k]
+            seq.append(token, log_probs[k], raw[k] if keep_raw else None, top_k, policy_version=self.policy_version)
             reason = self._finish_reason(seq)
             if reason is not None:
                 return reason
@@ -262,7 +275,11 @@ class LLMEngine:
         if stop_at is not None:
             take = stop_at + 1
         seq.extend(
-            tokens[:take], log_probs[:take], None if raw is None else raw[:take], None if top is None else top[:take]
+            tokens[:take],
+            log_probs[:take],
+            None if raw is None else raw[:take],
+            None if top is None else top[:take],
+            policy_version=self.policy_version,
         )
         seq.num_computed_tokens = seq.num_tokens - 1  # every token before the newest has its K/V cached
         if stop_at is not None:
@@ -305,7 +322,14 @@ class LLMEngine:
         raw = list(seq.raw_log_probs) if seq.params.raw_log_probs else None
         top = list(seq.top_log_probs) if seq.params.top_log_probs else None
         return CompletionOutput(
-            seq.sample_index, seq.output_token_ids, list(seq.log_probs), seq.finish_reason, raw, text, top
+            seq.sample_index,
+            seq.output_token_ids,
+            list(seq.log_probs),
+            seq.finish_reason,
+            raw,
+            text,
+            top,
+            list(seq.policy_versions),
         )
 
     def generate(
@@ -325,6 +349,11 @@ class LLMEngine:
         if len(images) != len(prompts):
             raise ValueError(f"got {len(images)} multi_modal_inputs for {len(prompts)} prompts; give one per prompt")
         self.runner.require_awake()  # before queueing: an asleep engine keeps no request of this batch
+        if self.paused:
+            raise RuntimeError(
+                "the engine is paused (pause() stops the step loop for a weight load), so generate() would wait "
+                "forever. Fix: call engine.resume() first."
+            )
         ids: list[str] = []
         try:
             for prompt, p, image_inputs in zip(prompts, params_list, images):
@@ -342,13 +371,40 @@ class LLMEngine:
         return [results[i] for i in ids]
 
     # ---- training integration -------------------------------------------------------------------------------
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Copies HF-named tensors into the model (a VLM's vision tower included) in place; cached prefixes (old
-        weights) are forgotten."""
+    def pause(self) -> None:
+        """Stops generating at the step boundary, for a weight load while requests run (a partial rollout): the
+        running requests keep the tokens they have; a batch queued ahead on the device is dropped once the device
+        is done with it (after `resume()` its tokens are sampled anew, by the weights then loaded); `step()` runs
+        nothing until `resume()`. Requests can still be added (they wait) and aborted (partial output)."""
+        self.in_flight.drop()
+        self.paused = True
+
+    def resume(self) -> None:
+        """Lets `step()` run again after `pause()`."""
+        self.paused = False
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
+        """Copies HF-named tensors into the model (a VLM's vision tower included) in place and sets `policy_version`
+        (default: one more), which every token sampled from now on records. Pass the version when the weights come
+        in several calls (one bucket each). Call it between steps or while paused; a batch queued ahead is dropped
+        (it computes with the old weights).
+
+        Cached prefixes are forgotten (old weights). The running sequences go on under the new weights:
+        `partial_rollout_kv="recompute"` moves them back to the queue, to re-prefill prompt + tokens so far;
+        `"keep"` leaves their KV cache as it is (stale), and only marks its blocks unshareable."""
+        if policy_version is not None and policy_version < self.policy_version:
+            raise ValueError(
+                f"load_weights(policy_version={policy_version}) would go back from the engine's policy_version "
+                f"{self.policy_version}; versions only grow (pass the trainer's step of the weights, or None for +1)"
+            )
         self.in_flight.drop()  # it computes with the old weights
         count = load_weights(self.model, self.vision, weights)
-        self.scheduler.preempt_all()
-        self.block_manager.reset()
+        self.policy_version = self.policy_version + 1 if policy_version is None else policy_version
+        if self.config.partial_rollout_kv == "keep":
+            self.block_manager.forget_prefixes(list(self.scheduler.running))
+        else:
+            self.scheduler.preempt_all()
+            self.block_manager.reset()
         return count
 
     def sleep(self) -> None:

@@ -48,6 +48,7 @@ class HFRollout:
         self.tokenizer = tokenizer
         self.response_length = response_length
         self.sampling_for = sampling_for  # DataProto.meta_info -> SamplingParams (worker_rollout.py)
+        self.policy_version = 0  # of the weights loaded last (load_weights)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = eos if eos is not None else getattr(model.config, "eos_token_id", None)
         self.eos_token_ids = [e for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
@@ -106,7 +107,8 @@ class HFRollout:
         params = self.sampling_for(prompts.meta_info)
         batch, images = prompts.batch, prompts.non_tensor_batch.get(F.MULTI_MODAL_INPUTS)
         responses, lps, reasons = self._generate(batch[F.INPUT_IDS], batch[F.ATTENTION_MASK], params, images)
-        return pack_responses(prompts, responses, lps, reasons, self.response_length, self.pad_token_id)
+        versions = [[self.policy_version] * len(tokens) for tokens in responses]  # one call, one set of weights
+        return pack_responses(prompts, responses, lps, reasons, self.response_length, self.pad_token_id, versions)
 
     async def generate(
         self,
@@ -123,7 +125,9 @@ class HFRollout:
         return CompletionOutput(0, responses[0], lps[0], reasons[0])
 
     @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
+        """Copies HF-named tensors into the model; `policy_version` (default: one more) is what its tokens record."""
+        self.policy_version = self.policy_version + 1 if policy_version is None else policy_version
         params = dict(self.model.named_parameters(remove_duplicate=False))
         count = 0
         for name, tensor in weights:

@@ -3,6 +3,7 @@ weight loading by (wrapped) HF names."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -13,7 +14,7 @@ from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.rollout.hf_rollout import HFRollout
 from hyflow.rollout.worker_rollout import EngineRollout, build_rollout
 
-from ..engine.engine_testkit import hf_greedy, make_tiny_hf_model
+from ..engine.engine_testkit import hf_greedy, make_tiny_hf_model, pause_after_steps, rescore
 from .rollout_testkit import PAD, prompt_batch
 
 PROMPTS = [[5, 9, 13, 17, 21, 3], [11, 4, 8], [30, 31, 32, 33]]
@@ -96,6 +97,36 @@ def test_an_unavailable_rollout_name_is_a_clear_error():
 def test_tensor_parallel_rollout_without_a_process_group_is_a_clear_error():
     with pytest.raises(ValueError, match=r"tensor_model_parallel_size=2 needs a torch\.distributed process group"):
         build_rollout(_config(tensor_model_parallel_size=2), make_tiny_hf_model("llama"), tokenizer=None)
+
+
+@pytest.mark.timeout(120)
+def test_an_update_in_flight_gives_rows_with_the_tokens_of_both_versions_and_their_log_probs():
+    models = {0: make_tiny_hf_model("qwen2", seed=0), 1: make_tiny_hf_model("qwen2", seed=1)}
+    config = _config(response_length=12, do_sample=True, temperature=1.0)
+    rollout = build_rollout(config, models[0], tokenizer=None)
+    engine = rollout.engine
+    pause_after_steps(engine, 2)
+
+    async def main():
+        generating = asyncio.create_task(rollout.generate_sequences_async(prompt_batch(PROMPTS, seed=3)))
+        while not engine.paused:  # it pauses itself after its second step
+            await asyncio.sleep(0.001)
+        await rollout.update_weights_in_flight(models[1].state_dict().items(), policy_version=1)
+        return await generating
+
+    out = asyncio.run(main())
+    batch, mask = out.batch, out.batch[F.RESPONSE_MASK].bool()
+    assert rollout.policy_version == 1
+    for i, prompt in enumerate(PROMPTS):
+        versions, tokens = batch[F.ROLLOUT_POLICY_VERSIONS][i][mask[i]].tolist(), batch[F.RESPONSES][i][mask[i]]
+        cut = versions.count(0)
+        assert versions == [0] * cut + [1] * (12 - cut) and 0 < cut < 12
+        expected, _ = rescore(models, prompt, tokens.tolist(), versions)
+        torch.testing.assert_close(batch[F.ROLLOUT_LOG_PROBS][i][mask[i]], expected, atol=1e-5, rtol=1e-5)
+    assert list(out.non_tensor_batch[F.ROLLOUT_POLICY_VERSION_MIN]) == [0, 0, 0]
+    assert list(out.non_tensor_batch[F.ROLLOUT_POLICY_VERSION_MAX]) == [1, 1, 1]
+    metrics = out.meta_info[F.METRICS]
+    assert metrics["rollout/token_fraction_lag_0"] + metrics["rollout/token_fraction_lag_1"] == pytest.approx(1.0)
 
 
 def _image_batch(processor, model_config) -> tuple:
