@@ -77,11 +77,17 @@ def prompt_images(
 ) -> PromptImages:
     """The engine's view of a prompt's processor outputs; ValueError naming the request when they do not match
     the prompt (pad tokens vs the images' token counts, patches vs the grids)."""
+    videos = [key for key in ("pixel_values_videos", "video_grid_thw") if inputs.get(key) is not None]
+    if videos:
+        raise ValueError(
+            f"request {request_id!r}: multi_modal_inputs holds videos ({videos}), which the hyflow engine does not "
+            "run yet; set rollout.name=hf (transformers.generate) for video prompts"
+        )
     missing = [key for key in MULTI_MODAL_KEYS if inputs.get(key) is None]
     if missing:
         raise ValueError(
             f"request {request_id!r}: multi_modal_inputs lacks {missing} (has {sorted(inputs)}); pass the "
-            "processor's outputs for the prompt: pixel_values and image_grid_thw (videos are not supported)"
+            "processor's outputs for the prompt: pixel_values and image_grid_thw"
         )
     pixel_values, grid_thw = inputs["pixel_values"], torch.as_tensor(inputs["image_grid_thw"]).view(-1, 3)
     grids = [(int(t), int(h), int(w)) for t, h, w in grid_thw.tolist()]

@@ -78,7 +78,7 @@ def row_images(multi_modal_inputs: Any, num_rows: int) -> list[dict[str, Any] | 
     """Each row's processor outputs for the engine (None for a row without images), or None for a text batch."""
     if multi_modal_inputs is None:
         return None
-    rows = [row if row and row.get("pixel_values") is not None else None for row in multi_modal_inputs]
+    rows = [row or None for row in multi_modal_inputs]
     assert len(rows) == num_rows, "multi_modal_inputs travels with its rows"
     return rows if any(row is not None for row in rows) else None
 
@@ -163,9 +163,7 @@ class EngineRollout:
     def _requests(self, prompts: DataProto) -> tuple[list[list[int]], SamplingParams | list, list | None]:
         """The engine requests of a prompt batch: unpadded prompt ids, their sampling parameters, and each row's
         processor outputs (None for a text batch)."""
-        params = sampling_for_batch(self.config, prompts.meta_info)
-        if self.vision_token_ids:  # a response never holds vision markup (see `without_vision_markup`)
-            params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *self.vision_token_ids])
+        params = self._with_vision_stops(sampling_for_batch(self.config, prompts.meta_info))
         eos = prompts.meta_info.get(F.EOS_TOKEN_ID)
         if eos is not None:
             self.engine.eos_token_ids |= set(eos if isinstance(eos, list) else [eos])
@@ -225,8 +223,18 @@ class EngineRollout:
     ) -> CompletionOutput:
         """One request through the shared async step loop (agent loops call this concurrently; an image prompt
         brings its processor outputs, `multi_modal_inputs`)."""
+        if isinstance(params, dict):
+            params = SamplingParams.from_dict(params)
+        params = self._with_vision_stops(params)
         output = await self.async_engine.generate(prompt_token_ids, params, request_id, multi_modal_inputs)
-        return output.outputs[0]
+        completion = output.outputs[0]
+        return without_vision_markup(completion, self.vision_token_ids) if self.vision_token_ids else completion
+
+    def _with_vision_stops(self, params: SamplingParams) -> SamplingParams:
+        """A VLM's requests stop at vision markup tokens, which `without_vision_markup` then drops."""
+        if not self.vision_token_ids:
+            return params
+        return dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *self.vision_token_ids])
 
     async def abort(self, request_id: str) -> None:
         await self.async_engine.abort(request_id)

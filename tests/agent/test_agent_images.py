@@ -197,3 +197,19 @@ def test_image_prompts_generate_through_the_hf_rollout_with_their_images(vlm_pat
     assert mask.any() and pads(data.batch[F.RESPONSES][mask].tolist(), processor) == 0
     rollout_lp = data.batch[F.ROLLOUT_LOG_PROBS][mask]
     torch.testing.assert_close(rollout_lp, actor_log_probs(vlm_path, data)[mask], rtol=0, atol=1e-2)
+
+
+@pytest.mark.parametrize("agent_name", ["single_turn_agent", "tool_agent"])
+def test_image_prompts_generate_through_the_native_engine_with_the_actors_log_probs(vlm_path, processor, agent_name):
+    """The engine rollout (its own image prefill) behind the agent server: the sampled tokens' log-probs are the
+    actor's on the trajectory (its full distribution: nothing is suppressed, a vision token would end the turn)."""
+    from hyflow.rollout.worker_rollout import EngineRollout
+
+    config = rollout_config(response_length=12)
+    rollout = EngineRollout(vlm_path, config, processor.tokenizer)
+    manager = AgentLoopManager(config, processor.tokenizer, [LocalEngineServer(rollout)], processor=processor)
+    data = manager.generate_sequences(image_prompts(2, agent_name))
+    mask = data.batch[F.RESPONSE_MASK].bool()
+    assert mask.any() and pads(data.batch[F.RESPONSES][mask].tolist(), processor) == 0
+    rollout_lp = data.batch[F.ROLLOUT_LOG_PROBS][mask]
+    torch.testing.assert_close(rollout_lp, actor_log_probs(vlm_path, data)[mask], rtol=1e-4, atol=1e-4)

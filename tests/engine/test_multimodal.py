@@ -119,6 +119,9 @@ def test_images_that_do_not_match_the_prompt_are_refused_naming_the_request(vlm)
         engine.add_request(one_pad_less, GREEDY, "short", multi_modal_inputs=images)
     with pytest.raises(ValueError, match=r"request 'bare'.*image_grid_thw"):
         engine.add_request(prompt, GREEDY, "bare", multi_modal_inputs={"pixel_values": images["pixel_values"]})
+    video = {"pixel_values_videos": images["pixel_values"], "video_grid_thw": images["image_grid_thw"]}
+    with pytest.raises(ValueError, match=r"request 'video'.*videos.*rollout.name=hf"):
+        engine.add_request(prompt, GREEDY, "video", multi_modal_inputs=video)
     assert not engine.has_unfinished_requests()
 
 
@@ -129,3 +132,16 @@ def test_a_text_model_refuses_image_inputs():
     images = {"pixel_values": torch.zeros(4, 1176), "image_grid_thw": torch.tensor([[1, 2, 2]])}
     with pytest.raises(ValueError, match="has no vision tower"):
         engine.add_request([5, 6, 7], GREEDY, "r", multi_modal_inputs=images)
+
+
+@pytest.mark.timeout(120)
+def test_preempted_image_sequences_are_recomputed_with_their_images_and_positions(vlm):
+    model, processor, _ = vlm
+    requests = [engine_inputs(image_prompt(processor, [random_image(seed)])) for seed in (10, 11, 12)]
+    prompts, images = [p for p, _ in requests], [i for _, i in requests]
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    expected = make_engine(model).generate(prompts, params, multi_modal_inputs=images)
+    small = make_engine(model, num_kv_blocks=12)
+    outputs = small.generate(prompts, params, multi_modal_inputs=images)
+    assert small.scheduler.num_preemptions > 0
+    assert [o.outputs[0].token_ids for o in outputs] == [o.outputs[0].token_ids for o in expected]

@@ -4,7 +4,7 @@ Positions of a prompt of P tokens (`mrope_positions`), with s the position after
 
     text token:                      (s, s, s),  then s += 1
     image k, grid (t, h, w) patches, merge size m: its t*(h/m)*(w/m) pad tokens, in raster order over (ti, hi, wi),
-                                     (s + ti, s + hi, s + wi),  then s += max(t, h/m, w/m)
+                                     (s + ti, s + hi, s + wi),  then s += max(h/m, w/m)
 
 Every generated token (index i >= P) gets i + delta on all three rows, delta = max(prompt positions) + 1 - P: the
 decode continues one past the prompt's largest position (transformers' `rope_deltas`). With all three rows equal,
@@ -48,7 +48,7 @@ def mrope_positions(
         h, w = h // merge_size, w // merge_size
         grid = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
         rows.append(torch.stack(grid).reshape(3, -1) + next_pos)
-        next_pos, i = next_pos + max(t, h, w), i + t * h * w
+        next_pos, i = next_pos + max(h, w), i + t * h * w  # as transformers' get_rope_index (t = 1 for images)
     positions = torch.cat(rows, dim=1)
     return positions, int(positions.max()) + 1 - len(token_ids)
 
