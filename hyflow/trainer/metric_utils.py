@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from hyflow.trainer.metrics import compute_data_metrics, compute_timing_metrics
-from hyflow.trainer.metrics import compute_throughput_metrics as compute_throughout_metrics
+from hyflow.protocol import DataProto
+from hyflow.trainer.metrics import compute_data_metrics, compute_throughput_metrics, compute_timing_metrics
 from hyflow.trainer.validation import process_validation_metrics
 
 __all__ = [
@@ -30,6 +30,11 @@ __all__ = [
     "compute_timing_metrics",
     "process_validation_metrics",
 ]
+
+
+def compute_throughout_metrics(batch: DataProto, timing_raw: dict[str, float], n_gpus: int) -> dict[str, float]:
+    """verl's name and keywords for `hyflow.trainer.metrics.compute_throughput_metrics`."""
+    return compute_throughput_metrics(batch, timing_raw, n_devices=n_gpus)
 
 
 def bootstrap_metric(

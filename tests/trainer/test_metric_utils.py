@@ -26,5 +26,14 @@ def test_majority_value_is_that_of_the_first_sample_with_the_most_common_vote():
     assert metric_utils.calc_maj_val(samples, vote_key="pred", val_key="acc") == 1
 
 
-def test_verls_throughout_spelling_is_hyflows_throughput_metrics():
-    assert metric_utils.compute_throughout_metrics is compute_throughput_metrics
+def test_verls_throughout_spelling_and_keywords_give_hyflows_throughput_metrics():
+    import torch
+
+    from hyflow.protocol import DataProto
+
+    batch = DataProto.from_single_dict(
+        {"responses": torch.ones(2, 3), "attention_mask": torch.ones(2, 5), "response_mask": torch.ones(2, 3)}
+    )
+    timing = {"step": 2.0}
+    expected = compute_throughput_metrics(batch, timing, n_devices=2)
+    assert metric_utils.compute_throughout_metrics(batch, timing_raw=timing, n_gpus=2) == expected
