@@ -119,6 +119,22 @@ def batch_vision_inputs(rows: list[dict[str, torch.Tensor]] | None, device: torc
     return vision
 
 
+# Families whose video positions hyflow's M-RoPE index (hyflow.data.multimodal) computes: Qwen2-VL counts temporal
+# patches; Qwen2.5-VL scales them by tokens_per_second · seconds per patch, which the data path does not know.
+VIDEO_FAMILIES = ("qwen2_vl",)
+
+
+def check_videos_supported(config: Any, vision: dict[str, torch.Tensor]) -> None:
+    """ValueError when a batch has videos for a model family whose video positions hyflow does not compute."""
+    model_type = getattr(config, "model_type", None)
+    if "pixel_values_videos" in vision and model_type not in VIDEO_FAMILIES:
+        raise ValueError(
+            f"the batch has videos, but hyflow computes video M-RoPE positions for {list(VIDEO_FAMILIES)} only, not "
+            f"model_type={model_type!r} (Qwen2.5-VL scales them by time); train videos with a Qwen2-VL model or drop "
+            "the data's videos column (data.video_key)."
+        )
+
+
 def mm_token_type_ids(input_ids: torch.Tensor, config: Any) -> torch.Tensor:
     """transformers' token types of a Qwen2-VL-style batch, same shape as `input_ids`: 0 text, 1 an image pad,
     2 a video pad (what `generate` reads to place the vision embeddings and compute the M-RoPE positions)."""

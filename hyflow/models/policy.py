@@ -26,6 +26,7 @@ from torch import nn
 from hyflow.models.kernels.dispatch import use_triton
 from hyflow.models.multimodal import (
     batch_vision_inputs,
+    check_videos_supported,
     is_vision_language,
     vision_encoder_outputs,
     vision_language_backbone,
@@ -212,6 +213,7 @@ class PolicyModel(nn.Module):
         here, which waits for the device). `multi_modal_inputs`: per-row processor outputs of a vision-language
         model (None or all empty: text only)."""
         vision = batch_vision_inputs(multi_modal_inputs, input_ids.device)
+        check_videos_supported(self.lm.config, vision)
         if self.remove_padding:
             packed_inputs = (input_ids, attention_mask, position_ids, responses)
             return self._forward_packed(*packed_inputs, temperature, compute_entropy, packed, vision)

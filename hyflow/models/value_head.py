@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from hyflow.models.multimodal import batch_vision_inputs, vision_encoder_outputs
+from hyflow.models.multimodal import batch_vision_inputs, check_videos_supported, vision_encoder_outputs
 from hyflow.models.packing import PackedRows, forward_packed, pack_rows, use_varlen_attention
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class ValueModel(nn.Module):
         with remove_padding (else packed from the mask here, which waits for the device). A vision-language
         backbone also takes the rows' `multi_modal_inputs` and (B, 3, T) M-RoPE position ids."""
         vision = batch_vision_inputs(multi_modal_inputs, input_ids.device)
+        check_videos_supported(self.backbone.config, vision)
         if self.remove_padding:
             packed = packed if packed is not None else pack_rows(attention_mask)
             encoded = {"mm_encoder_outputs": vision_encoder_outputs(self.backbone, vision)} if vision else {}

@@ -32,6 +32,7 @@ from hyflow.models.processor import load_processor
 from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.protocol import DataProto
 from hyflow.rollout.hf_rollout import HFRollout
+from hyflow.rollout.worker_rollout import EngineRollout, build_rollout
 from hyflow.trainer.stages import object_array
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.micro_batch_loop import ForwardSettings
@@ -178,14 +179,28 @@ def test_a_video_prompt_runs_the_tool_agent_loop_and_trains_like_a_plain_forward
 
 
 @pytest.mark.parametrize(
-    ("agent_name", "video"), [("single_turn_agent", False), ("tool_agent", False), ("tool_agent", True)]
+    ("rollout_name", "agent_name", "video"),
+    [
+        ("hf", "single_turn_agent", False),
+        ("hf", "tool_agent", False),
+        ("hf", "tool_agent", True),
+        ("hyflow", "tool_agent", False),
+    ],
 )
-def test_image_prompts_generate_through_the_hf_rollout_with_their_images(vlm_path, processor, agent_name, video):
-    """`rollout.name=hf` behind the agent server: the sampled tokens' log-probs are the actor's on the trajectory,
-    which they could only be if generation saw the same images (up to the small probability of the vision tokens,
-    which the rollout never samples and leaves out of its distribution)."""
-    rollout = HFRollout(load_causal_lm(vlm_path), processor.tokenizer, response_length=12)
+def test_image_prompts_generate_through_the_rollout_with_their_images(
+    vlm_path, processor, rollout_name, agent_name, video
+):
+    """The rollout behind the agent server (`rollout.name=hf`: transformers.generate; `hyflow`: the engine's
+    image prefill): the sampled tokens' log-probs are the actor's on the trajectory, which they could only be if
+    generation saw the same images (up to the small probability of the vision tokens, which the rollout never
+    samples)."""
     config = rollout_config(response_length=12)
+    if rollout_name == "hf":
+        rollout = HFRollout(load_causal_lm(vlm_path), processor.tokenizer, response_length=12)
+    else:
+        config.name, config.max_num_batched_tokens = "hyflow", 256
+        rollout = build_rollout(config, vlm_path, processor.tokenizer)
+        assert isinstance(rollout, EngineRollout)
     manager = AgentLoopManager(config, processor.tokenizer, [LocalEngineServer(rollout)], processor=processor)
     prompts = image_prompts(2, agent_name, video)
     if agent_name == "single_turn_agent":  # the dataset's own ids and inputs, as the trainer hands them over

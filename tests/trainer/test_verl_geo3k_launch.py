@@ -1,7 +1,7 @@
 """verl's own geo3k launch script (GRPO on Qwen2.5-VL, `run_qwen2_5_vl_7b_fsdp.sh`), with only the module name
 changed, trains on the CPU with a tiny VLM: its sizes shrunk through the script's environment variables, its
 `$HOME/data/geo3k` paths local, the data made by `hyflow prepare-data geo3k` from Geometry3K-format files. The
-script's keys stay as verl writes them: vLLM rollout (a VLM falls back to transformers.generate), padding removal
+script's keys stay as verl writes them: vLLM rollout (hyflow's engine with its image prefill), padding removal
 and token-budget micro-batches for the actor and the log-prob passes, its console + wandb loggers (offline)."""
 
 from __future__ import annotations

@@ -93,3 +93,9 @@ def test_a_packed_update_on_image_rows_equals_the_padded_update(vlm_path, image_
         states.append({k: v.clone() for k, v in actor.module.state_dict().items()})
     for name, value in states[0].items():
         torch.testing.assert_close(value, states[1][name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_videos_on_a_qwen2_5_vl_are_refused_with_the_reason(tmp_path, video_batch):
+    path = build_tiny_vlm(tmp_path / "qwen2.5-vl", arch="qwen2_5_vl")
+    with pytest.raises(ValueError, match=r"video M-RoPE positions for \['qwen2_vl'\] only.*data\.video_key"):
+        build_actor(path).compute_log_prob(video_batch, ForwardSettings(micro_batch_size=4))
