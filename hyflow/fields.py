@@ -135,6 +135,7 @@ TOOL_SCORES = "tool_scores"
 MULTI_MODAL_DATA = "multi_modal_data"
 MULTI_MODAL_INPUTS = "multi_modal_inputs"
 AGENT_REWARD = "agent_reward"
+ROLLOUT_POLICY_VERSION = "rollout_policy_version"
 
 # ---- meta fields (DataProto.meta_info) ----
 TEMPERATURE = "temperature"
@@ -189,6 +190,13 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(MULTI_MODAL_DATA, "(B,)", "dict", "non_tensor", "{'image': [PIL images]} of the prompt, for generation"),
     FieldSpec(MULTI_MODAL_INPUTS, "(B,)", "dict", "non_tensor", "processor outputs (pixel_values, image_grid_thw)"),
     FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "the reward an openai_agent function returned, or None"),
+    FieldSpec(
+        ROLLOUT_POLICY_VERSION,
+        "(B,)",
+        "int",
+        "non_tensor",
+        "policy version (training step) a split rollout sampled with",
+    ),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),
     FieldSpec(DO_SAMPLE, "", "bool", "meta", "sample (True) or decode greedily (False)"),
     FieldSpec(VALIDATE, "", "bool", "meta", "the batch is a validation batch"),
