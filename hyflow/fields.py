@@ -55,6 +55,7 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | multi_modal_inputs | dict        | processor outputs of the prompt (pixel_values, image_grid_thw) for the  |
 |                    |             | training forward; position_ids are then (B, 3, T) M-RoPE rows           |
 | agent_reward       | float/None  | the reward an `openai_agent` function returned (None: it returned none) |
+| rollout_policy_version | int     | split placement: the training step whose weights sampled the row        |
 
 Meta fields (`DataProto.meta_info`, one value for the whole batch):
 

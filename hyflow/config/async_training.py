@@ -75,7 +75,8 @@ def check_async_training(config: PPOTrainerConfig) -> list[str]:
     if config.algorithm.filter_groups.enable:
         problems.append(
             f"async_training.mode={settings.mode!r} with algorithm.filter_groups.enable=True is not supported yet "
-            "(dynamic sampling draws a variable number of generation batches per step). Fix: use mode=sync."
+            "(dynamic sampling draws a variable number of generation batches per step). "
+            "Fix: use async_training.mode=sync."
         )
     if rollout.multi_turn.enable:
         problems.append(
