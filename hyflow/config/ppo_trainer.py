@@ -25,7 +25,7 @@ class PPOTrainerConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)  # how rollout and training overlap
 
     @property
     def use_critic(self) -> bool:
