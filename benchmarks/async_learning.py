@@ -1,13 +1,14 @@
 """Does asynchronous training still learn? The demo's GRPO phase, synchronous against one-step off-policy and fully
 asynchronous (staleness 1 and 4), on a split placement (1 training + 1 rollout Ray worker, CPU), same seed.
 
-    python benchmarks/async_learning.py                         # the demo's 80 steps, validation every 5
-    python benchmarks/async_learning.py --steps 10 --test-freq 5 --modes sync,async1   # a short check
+    python benchmarks/async_learning.py                         # the demo's sizes: 80 steps of 64 prompts x 8
+    python benchmarks/async_learning.py --steps 30 --test-freq 5 --prompts 16 --samples 4 --sft-steps 150 \
+        --test-size 64                                          # the reduced run reported in benchmarks/README.md
 
-The model is `hyflow demo`'s tiny one, SFT-trained on the synthetic arithmetic task (built once under
-`$HYFLOW_HOME/embedded_default`, as `hyflow train` without a model builds it), and every run uses the demo's GRPO
-settings (`hyflow.demo.grpo_overrides`: 64 prompts × 8 samples per step, two optimizer steps per batch) with
-`trainer.placement=split`; the asynchronous runs generate in chunks of `--chunk-prompts` prompts. The synchronous
+The model is `hyflow demo`'s tiny one, SFT-trained on the synthetic arithmetic task (built once under `--assets`
+and reused), and every run uses the demo's GRPO settings (`hyflow.demo.grpo_overrides`: two optimizer steps per
+batch, lr 1e-3, validation at temperature 1 with 4 samples per prompt) with `trainer.placement=split`; the
+asynchronous runs generate in chunks of `--chunk-prompts` prompts. The synchronous
 split run has the colocated run's metrics exactly (tests/trainer/test_ppo_async_ray.py), so it stands for it.
 
 Printed per mode: the validation accuracy (`val-core/arith/acc/mean@4`) before training, at the end and at its
@@ -35,6 +36,11 @@ MODES = {
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=80, help="GRPO steps per run (the demo's 80)")
+    parser.add_argument("--prompts", type=int, default=64, help="prompts per GRPO step (the demo's 64)")
+    parser.add_argument("--samples", type=int, default=8, help="samples per prompt (the demo's 8)")
+    parser.add_argument("--sft-steps", type=int, default=400, help="SFT steps at most (the demo's 400)")
+    parser.add_argument("--test-size", type=int, default=200, help="validation prompts (the demo's 200)")
+    parser.add_argument("--assets", default="async_learning_assets", help="where the SFT'd model is kept")
     parser.add_argument("--test-freq", type=int, default=5, help="validate every N steps")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--chunk-prompts", type=int, default=8, help="fully_async: prompts per generation request")
@@ -47,17 +53,35 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict:
+def demo_grpo_overrides(args: argparse.Namespace, folder: Path) -> list[str]:
+    """The demo's tiny model SFT-trained on its arithmetic task (built once under `folder`), and the demo's GRPO
+    settings for it, with this run's sizes."""
+    from hyflow.demo import DemoPlan, build_assets, grpo_overrides, run_sft_phase
+    from hyflow.demo_plot import DemoTable
+
+    plan = DemoPlan(
+        sft_steps=args.sft_steps, grpo_prompts=args.prompts, grpo_samples=args.samples, test_size=args.test_size
+    )
+    ready = folder / "ready.json"
+    if ready.is_file():
+        model, data = json.loads(ready.read_text())
+    else:
+        base_model, data = build_assets(plan, folder)
+        model = run_sft_phase(plan, base_model, data, folder, DemoTable(phase="sft"))
+        ready.write_text(json.dumps([model, data]))
+    demo = grpo_overrides(plan, model, data, folder, device="cpu")
+    return [line for line in demo if not line.startswith(("trainer.logger=", "trainer.default_local_dir="))]
+
+
+def run_mode(mode: str, args: argparse.Namespace, demo: list[str], out: Path) -> dict:
     """Train one mode; returns {step: validation accuracy}, the mean staleness and the wall time."""
     from async_rl import train  # this folder's throughput benchmark: the same way of running a mode
 
     from hyflow.demo_plot import val_accuracy
-    from hyflow.trainer import embedded_default
 
     overrides = [
-        *embedded_default.overrides(),
+        *demo,
         "trainer.backend=ray",
-        "trainer.device=cpu",
         "trainer.placement=split",
         f"trainer.ray_init.num_cpus={args.num_cpus}",
         f"trainer.total_training_steps={args.steps}",
@@ -86,11 +110,12 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     modes = args.modes.split(",")
     results = {}
+    demo = demo_grpo_overrides(args, Path(args.assets))
     with tempfile.TemporaryDirectory() as root:
         for mode in modes:
             out = Path(root) / mode
             out.mkdir()
-            results[mode] = run_mode(mode, args, out)
+            results[mode] = run_mode(mode, args, demo, out)
     reference = results.get("sync")
     target = None
     if reference is not None:
