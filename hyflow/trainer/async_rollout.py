@@ -48,6 +48,13 @@ GenerateBatch = Callable[[DataProto, int], tuple[DataProto, dict[str, float], di
 Batches = Iterator[tuple[int, DataProto, dict[str, float], float]]
 
 
+def oldest_version(batch: DataProto, default: int) -> int:
+    """The oldest policy version among the batch's sampled tokens (the engine's `rollout_policy_version_min`, −1
+    for rows without a tracked token), `default` when no row has one."""
+    versions = [int(v) for v in batch.non_tensor_batch.get(F.ROLLOUT_POLICY_VERSION_MIN, []) if int(v) >= 0]
+    return min(versions, default=default)
+
+
 def prompt_batches(loader: Any, total_epochs: int, first_step: int) -> Iterator[tuple[int, int, DataProto, dict]]:
     """(epoch, step the batch is for, prompt batch with uids, loader position after it), across epochs."""
     step = first_step
@@ -173,7 +180,7 @@ class FullyAsync:
                     self.last_rollout_metrics = metrics
                     for key in (F.SEED, F.GLOBAL_TOKEN_NUM):  # per chunk: set again for the whole batch
                         batch.meta_info.pop(key, None)
-                    version = int(min(batch.non_tensor_batch[F.ROLLOUT_POLICY_VERSION]))
+                    version = oldest_version(batch, default=self.weights.version or 0)
                     self.buffer.put(Chunk(batch, version, len(chunk), epoch))
                     index += len(chunk)
                     if self._stop.is_set():
@@ -256,8 +263,9 @@ class SplitRollout:
         from hyflow.trainer.metrics import reduce_metrics
 
         metrics = dict(self.weights.last_metrics)
-        if F.ROLLOUT_POLICY_VERSION in batch.non_tensor_batch:
-            versions = batch.non_tensor_batch[F.ROLLOUT_POLICY_VERSION]
+        if F.ROLLOUT_POLICY_VERSION_MIN in batch.non_tensor_batch:
+            rows = batch.non_tensor_batch[F.ROLLOUT_POLICY_VERSION_MIN]  # -1: a row without a sampled token
+            versions = [int(v) if int(v) >= 0 else trainer_version for v in rows]
             metrics.update(staleness_metrics(versions, batch.batch[F.RESPONSE_MASK], trainer_version))
         now = time.perf_counter()
         busy = self.source.rollout_busy_s if self.source is not None else 0.0
