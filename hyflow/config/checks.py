@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable
 
 from hyflow.config.algorithm import GROUP_ADV_ESTIMATORS
+from hyflow.config.async_training import check_async_training
 from hyflow.config.convert import fill_inherited
 from hyflow.config.files import check_paths, expand_user_paths
 from hyflow.config.ppo_trainer import PPOTrainerConfig
@@ -55,6 +56,7 @@ def finalize(config: PPOTrainerConfig, check_files: bool = True) -> list[str]:
         problems += _check_batch_sizes(config)
     problems += _check_algorithm(config)
     problems += check_rollout_correction(config)
+    problems += check_async_training(config)
     problems += _check_run(config)
     if check_files:
         problems += check_paths(config)
@@ -83,7 +85,8 @@ def _normalise(config: PPOTrainerConfig) -> None:
 
         config.trainer.device = "cuda" if torch.cuda.is_available() else "cpu"
     if config.trainer.backend == "auto":
-        config.trainer.backend = "local" if data_parallel_size(config) == 1 else "ray"
+        one_process = data_parallel_size(config) == 1 and config.trainer.placement == "colocated"
+        config.trainer.backend = "local" if one_process else "ray"
 
 
 # ---------------------------------------------------------------------------------------------- batch sizes

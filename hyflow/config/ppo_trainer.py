@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hyflow.config.actor_rollout_ref import ActorRolloutRefConfig
 from hyflow.config.algorithm import AlgorithmConfig
+from hyflow.config.async_training import AsyncTrainingConfig
 from hyflow.config.critic import CriticConfig
 from hyflow.config.data import DataConfig
 from hyflow.config.reward import CustomRewardFunctionConfig, RewardModelConfig
@@ -24,6 +25,7 @@ class PPOTrainerConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)  # how rollout and training overlap
 
     @property
     def use_critic(self) -> bool:

@@ -59,6 +59,11 @@ class TrainerConfig:
     worker_call_timeout_s: float | None = 1800.0
     worker_init_timeout_s: float | None = 3600.0  # the same for starting the workers and loading their models
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    # where generation runs: colocated (every role shares the nnodes × n_gpus_per_node pool; generate and update
+    # take turns) or split (a rollout pool of rollout_nnodes × rollout_n_gpus_per_node beside it; Ray backend)
+    placement: Literal["colocated", "split"] = "colocated"
+    rollout_nnodes: int = 1  # split placement: nodes of the rollout pool
+    rollout_n_gpus_per_node: int = 1  # split placement: rollout processes per node (devices, or CPU processes)
 
     def __post_init__(self) -> None:
         if self.default_local_dir is None:

@@ -34,6 +34,7 @@ __all__ = [
     "compute_throughput_metrics",
     "compute_timing_metrics",
     "reduce_metrics",
+    "staleness_metrics",
     "timer",
 ]
 
@@ -197,3 +198,20 @@ def compute_throughput_metrics(batch: DataProto, timing: Mapping[str, float], n_
         "perf/time_per_step": step_seconds,
         "perf/throughput": all_tokens / max(step_seconds, 1e-9) / n_devices,
     }
+
+
+def staleness_metrics(
+    row_versions: Sequence[int], response_mask: torch.Tensor, trainer_version: int
+) -> dict[str, float]:
+    """How old the trained samples are. Row i was sampled by policy version v_i and trains weights of version V:
+    its staleness is s_i = V − v_i. Returns `async/staleness_{mean,max}`, the histogram `async/samples_staleness_<s>`
+    (the fraction of rows with staleness s) and `async/tokens_staleness_<s>` (the fraction of response tokens,
+    `response_mask` (B, R), sampled by version V − s), for every s that occurs."""
+    staleness = trainer_version - torch.as_tensor(np.asarray(row_versions, dtype=np.int64))
+    tokens = response_mask.sum(-1).to(torch.float64)
+    stats = {"async/staleness_mean": staleness.double().mean(), "async/staleness_max": staleness.max().double()}
+    for value in staleness.unique().tolist():
+        rows = staleness == value
+        stats[f"async/samples_staleness_{value}"] = rows.double().mean()
+        stats[f"async/tokens_staleness_{value}"] = tokens[rows].sum() / tokens.sum().clamp_min(1.0)
+    return _to_floats(stats)

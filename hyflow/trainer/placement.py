@@ -12,6 +12,12 @@ rank live in one process and hand memory to each other. `trainer.backend=local` 
 this process (world size 1), for one device, tests and debugging; `trainer.backend=ray` starts one Ray actor per
 device (CPU processes when `trainer.device=cpu`).
 
+Split placement (`trainer.placement=split`) gives generation a pool of its own, `trainer.rollout_nnodes ×
+trainer.rollout_n_gpus_per_node` processes of a rollout-only `ActorRolloutRefWorker` (group `rollout`), beside the
+training pool, whose fused workers then hold the actor without an engine (plus ref, critic, reward model). The
+weights travel between the pools over a `WeightChannel` (`hyflow.trainer.async_rollout.PoolWeightSync`). In the
+colocated placement `rollout` is the `actor_rollout` group itself.
+
 Hangs become errors on the Ray backend: every group call is bounded by `trainer.worker_call_timeout_s`, and
 starting the workers and `init_model` by `trainer.worker_init_timeout_s`; past it the call raises
 `WorkerTimeoutError` naming the ranks that did not answer, their nodes and the method, and `shutdown()` (which
@@ -35,6 +41,7 @@ __all__ = [
     "ACTOR_ROLLOUT",
     "CRITIC",
     "REWARD_MODEL",
+    "ROLLOUT",
     "WorkerGroups",
     "build_worker_groups",
     "role_classes",
@@ -42,20 +49,24 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ACTOR_ROLLOUT, CRITIC, REWARD_MODEL = "actor_rollout", "critic", "reward_model"
+ACTOR_ROLLOUT, CRITIC, REWARD_MODEL, ROLLOUT = "actor_rollout", "critic", "reward_model", "rollout"
 
 
 @dataclass
 class WorkerGroups:
-    """The role groups of one run; `critic` / `reward_model` are None when the config has no such role."""
+    """The role groups of one run; `critic` / `reward_model` are None when the config has no such role;
+    `rollout` is the group that generates (`actor_rollout` itself unless the placement is split)."""
 
     actor_rollout: WorkerGroup
     critic: WorkerGroup | None = None
     reward_model: WorkerGroup | None = None
     world_size: int = 1
     backend: str = "local"
+    rollout: WorkerGroup | None = None
     _fused: WorkerGroup | None = field(default=None, repr=False)
     _pool: Any = field(default=None, repr=False)
+    _rollout_fused: WorkerGroup | None = field(default=None, repr=False)  # split placement: the rollout pool's
+    _rollout_pool: Any = field(default=None, repr=False)
     _owns_process_group: bool = field(default=False, repr=False)  # local: the workers started torch.distributed
 
     def local_role(self, role: str) -> Any:
@@ -73,8 +84,10 @@ class WorkerGroups:
 
         if isinstance(self._fused, LocalWorkerGroup):
             return [LocalEngineServer(self.local_role(ACTOR_ROLLOUT).rollout)]
-        method = f"{ACTOR_ROLLOUT}{ROLE_SEPARATOR}generate_request"  # the colocated worker's forwarding method
-        group = self._fused
+        role, group = (
+            (ROLLOUT, self._rollout_fused) if self._rollout_fused is not None else (ACTOR_ROLLOUT, self._fused)
+        )
+        method = f"{role}{ROLE_SEPARATOR}generate_request"  # the colocated worker's forwarding method
         return [
             WorkerServer(handle, method, timeout_s=group.timeout_s, rank=rank, node=group.node_of(rank))
             for rank, handle in enumerate(group.workers)
@@ -83,21 +96,25 @@ class WorkerGroups:
     def shutdown(self) -> None:
         """End the Ray workers and give their placement groups back; on the local backend, leave the
         torch.distributed group the in-process workers joined, so this process is as it was before."""
-        if self.backend == "ray" and self._fused is not None:
-            self._fused.kill()
-            if self._pool is not None:
-                self._pool.remove()
+        if self.backend == "ray":
+            for group, pool in ((self._rollout_fused, self._rollout_pool), (self._fused, self._pool)):
+                if group is not None:
+                    group.kill()
+                if pool is not None:
+                    pool.remove()
         elif self.backend == "local" and self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
 
 
 def role_classes(config: PPOTrainerConfig) -> dict[str, ClassWithInitArgs]:
-    """Role name → worker class with its init arguments, for the roles this config needs."""
+    """Role name → worker class with its init arguments, for the roles this config needs on the training pool
+    (with split placement its actor has no engine: see `rollout_role_classes`)."""
     from hyflow.workers.actor_rollout_ref import ActorRolloutRefWorker
 
+    engine = config.trainer.placement == "colocated"
     roles = {
         ACTOR_ROLLOUT: ClassWithInitArgs(
-            ActorRolloutRefWorker, config.actor_rollout_ref, actor=True, rollout=True, ref=config.use_reference_policy
+            ActorRolloutRefWorker, config.actor_rollout_ref, actor=True, rollout=engine, ref=config.use_reference_policy
         )
     }
     if config.use_critic:
@@ -111,14 +128,28 @@ def role_classes(config: PPOTrainerConfig) -> dict[str, ClassWithInitArgs]:
     return roles
 
 
-def _ray_group(config: PPOTrainerConfig, fused: ClassWithInitArgs) -> tuple[WorkerGroup, Any]:
+def rollout_role_classes(config: PPOTrainerConfig) -> dict[str, ClassWithInitArgs]:
+    """Split placement: the rollout pool's one role, an engine without actor or ref."""
+    from hyflow.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    worker = ClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref, actor=False, rollout=True, ref=False)
+    return {ROLLOUT: worker}
+
+
+def _ray_group(config: PPOTrainerConfig, fused: ClassWithInitArgs, pool_name: str = "") -> tuple[WorkerGroup, Any]:
+    """A Ray group of `fused` on a new pool: the training pool, or (`pool_name="rollout"`) the rollout pool."""
     from hyflow.controller import RayResourcePool, RayWorkerGroup, init_ray
 
     init_ray(config.trainer.ray_init)
-    use_gpu = config.trainer.device == "cuda"
-    nodes = [config.trainer.n_gpus_per_node] * config.trainer.nnodes
-    pool = RayResourcePool(nodes, use_gpu=use_gpu, name_prefix=f"{config.trainer.experiment_name}_")
-    name_prefix, trainer = f"hyflow_{config.trainer.experiment_name}", config.trainer
+    trainer = config.trainer
+    use_gpu = trainer.device == "cuda"
+    if pool_name == ROLLOUT:
+        nodes = [trainer.rollout_n_gpus_per_node] * trainer.rollout_nnodes
+    else:
+        nodes = [trainer.n_gpus_per_node] * trainer.nnodes
+    tag = f"{trainer.experiment_name}_{pool_name}" if pool_name else trainer.experiment_name
+    pool = RayResourcePool(nodes, use_gpu=use_gpu, name_prefix=f"{tag}_")
+    name_prefix = f"hyflow_{tag}"
     try:
         group = RayWorkerGroup(
             pool,
@@ -145,18 +176,32 @@ def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
         fused_group, pool = _ray_group(config, fused)
     groups = fused_group.spawn(prefix_set=list(roles))
     logger.info("placement: roles %s on %d %s worker(s)", list(roles), fused_group.world_size, backend)
+    rollout_fused, rollout_pool = None, None
+    if config.trainer.placement == "split":
+        try:
+            rollout_roles = rollout_role_classes(config)
+            rollout_fused, rollout_pool = _ray_group(config, create_colocated_worker_cls(rollout_roles), ROLLOUT)
+        except BaseException:
+            fused_group.kill()
+            pool.remove()
+            raise
+        groups.update(rollout_fused.spawn(prefix_set=[ROLLOUT]))
+        logger.info("placement: split, the rollout on its own %d worker(s)", rollout_fused.world_size)
     workers = WorkerGroups(
         actor_rollout=groups[ACTOR_ROLLOUT],
         critic=groups.get(CRITIC),
         reward_model=groups.get(REWARD_MODEL),
         world_size=data_parallel_size(config),
         backend=backend,
+        rollout=groups.get(ROLLOUT, groups[ACTOR_ROLLOUT]),
         _fused=fused_group,
         _pool=pool,
+        _rollout_fused=rollout_fused,
+        _rollout_pool=rollout_pool,
         _owns_process_group=owns_process_group,
     )
     try:
-        for role in (CRITIC, REWARD_MODEL, ACTOR_ROLLOUT):  # the actor last: its engine sizes the KV cache on the rest
+        for role in (ROLLOUT, CRITIC, REWARD_MODEL, ACTOR_ROLLOUT):  # the actor last: its engine sizes the KV cache
             if role in groups:
                 groups[role].init_model(timeout=config.trainer.worker_init_timeout_s)
     except BaseException:  # the caller never gets the groups: end the workers here, so nothing is left running

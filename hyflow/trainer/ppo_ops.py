@@ -24,7 +24,7 @@ from hyflow.algorithms.kl import AdaptiveKLController, FixedKLController
 from hyflow.algorithms.pf_ppo import pf_ppo_sample_indices
 from hyflow.protocol import DataProto
 
-__all__ = ["apply_kl_penalty", "compute_advantage", "compute_response_mask"]
+__all__ = ["apply_kl_penalty", "compute_advantage", "compute_response_mask", "step_advantages"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,3 +145,28 @@ def pf_ppo_resample(data: DataProto, reweight_method: str, weight_pow: float) ->
     """PF-PPO: the batch resampled by reward (`hyflow.algorithms.pf_ppo`), rows drawn with replacement."""
     scores = _require(data, F.TOKEN_LEVEL_SCORES, "algorithm.use_pf_ppo=True").sum(dim=-1)
     return data[pf_ppo_sample_indices(scores, reweight_method, weight_pow)]
+
+
+def step_advantages(
+    batch: DataProto, algorithm: Any, kl_ctrl: Any, rollout_n: int, metrics: dict[str, Any]
+) -> DataProto:
+    """The trainer's advantage stage: token_level_rewards (scores, minus the KL penalty when
+    `algorithm.use_kl_in_reward`, its metrics added to `metrics`), then the advantages of `algorithm.adv_estimator`,
+    then PF-PPO's resampling when enabled (with GAE only, as verl)."""
+    if algorithm.use_kl_in_reward:
+        batch, kl_metrics = apply_kl_penalty(batch, kl_ctrl, kl_penalty=algorithm.kl_penalty)
+        metrics.update({name: float(value) for name, value in kl_metrics.items()})
+    else:
+        batch.batch[F.TOKEN_LEVEL_REWARDS] = batch.batch[F.TOKEN_LEVEL_SCORES]
+    batch = compute_advantage(
+        batch,
+        adv_estimator=algorithm.adv_estimator,
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+        num_repeat=rollout_n,
+        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        config=algorithm,
+    )
+    if algorithm.use_pf_ppo and algorithm.adv_estimator == "gae":
+        batch = pf_ppo_resample(batch, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
+    return batch

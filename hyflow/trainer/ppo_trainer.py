@@ -18,6 +18,8 @@ then validation every `trainer.test_freq` steps, the step's metrics line, and a 
 a save never lacks the metrics of the step it resumes after (the save's duration goes to the log, not the line).
 ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
 generates and scores more batches until enough groups with varying rewards are found (`_training_batches`).
+Split placement and the asynchronous modes (`trainer.placement`, `async_training.mode`) keep this loop: the
+batches come from `hyflow.trainer.async_rollout.SplitRollout`, which also moves the weights to the rollout pool.
 The controller holds no weights: the math here is the light, batch-level kind (`ppo_ops`, `metrics`).
 """
 
@@ -42,6 +44,7 @@ from hyflow.data.sampler import build_dataloader
 from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import off_policy, stages
+from hyflow.trainer.async_rollout import SplitRollout
 from hyflow.trainer.balance import balance_batch
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
 from hyflow.trainer.dynamic_sampling import GroupFilter
@@ -54,7 +57,7 @@ from hyflow.trainer.metrics import (
     timer,
 )
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
-from hyflow.trainer.ppo_ops import apply_kl_penalty, compute_advantage, compute_response_mask, pf_ppo_resample
+from hyflow.trainer.ppo_ops import compute_response_mask, step_advantages
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.tracking import Tracking
 
@@ -125,6 +128,7 @@ class PPOTrainer:
             val_reward_fn = load_reward_manager(config, self.tokenizer, num_examine=1)
             self.validator = Validator(config, self.tokenizer, val_loader, val_reward_fn)
         self.workers: WorkerGroups | None = None
+        self.split: SplitRollout | None = None  # trainer.placement=split
         self.agent_manager: Any = None
         self.tracking: Tracking | None = None
         self.global_step = 0
@@ -164,6 +168,8 @@ class PPOTrainer:
 
         config = self.config
         self.workers = build_worker_groups(config)
+        if config.trainer.placement == "split":
+            self.split = SplitRollout(config, self.workers, self._generate_batch, self.train_loader)
         if config.actor_rollout_ref.rollout.multi_turn.enable:
             from hyflow.agent import AgentLoopManager
 
@@ -178,6 +184,8 @@ class PPOTrainer:
     def close(self) -> None:
         if self.tracking is not None:
             self.tracking.finish()
+        if self.split is not None:
+            self.split.close()
         if self.workers is not None:
             self.workers.shutdown()
 
@@ -187,6 +195,8 @@ class PPOTrainer:
         assert self.workers is not None and self.tracking is not None, "call init_workers() first"
         trainer = self.config.trainer
         self._load_checkpoint()
+        if self.split is not None:
+            self.split.start(version=self.global_step)
         metrics: dict[str, float] = {}
         if self.validator is not None and (trainer.val_before_train or trainer.val_only):
             metrics = self.validator.run(self._generate, self.workers.reward_model, self.tracking, self.global_step)
@@ -201,6 +211,8 @@ class PPOTrainer:
             for epoch, batch, timing, started in self._training_batches():
                 self.global_step += 1
                 batch, metrics = self.train_step(batch, timing)
+                if self.split is not None:
+                    self.split.after_update(self.global_step, timing)
                 metrics.update(self._validate_if_due(timing))
                 timing["step"] = time.perf_counter() - started
                 metrics.update(self._step_metrics(batch, timing, epoch))
@@ -214,7 +226,12 @@ class PPOTrainer:
 
     def _training_batches(self) -> Iterator[tuple[int, DataProto, dict[str, float], float]]:
         """(epoch, generated batch, timing so far, start time) per training step, across epochs; with dynamic
-        sampling, several generation batches are generated and scored for one training batch."""
+        sampling, several generation batches are generated and scored for one training batch; asynchronous modes
+        take them from `SplitRollout`."""
+        batches = self.split.batches(lambda: self.global_step) if self.split is not None else None
+        if batches is not None:
+            yield from batches
+            return
         timing: dict[str, float] = {}
         started, num_gen_batches = time.perf_counter(), 0
         while self.train_loader.epoch < self.config.trainer.total_epochs:
@@ -235,8 +252,16 @@ class PPOTrainer:
         logger.info("all %d epochs done at step %d", self.config.trainer.total_epochs, self.global_step)
 
     def _rollout(self, batch: DataProto, timing: dict[str, float], seed: int) -> DataProto:
+        batch, generation_timing, self._rollout_metrics = self._generate_batch(batch, seed)
+        timing.update(generation_timing)
+        return batch
+
+    def _generate_batch(self, batch: DataProto, seed: int) -> tuple[DataProto, dict[str, float], dict[str, float]]:
         """Generate `rollout.n` responses per prompt (after ReMax's greedy baseline, when it is the estimator);
-        `seed` fixes the sampling, so a resumed run samples what an uninterrupted one would."""
+        `seed` fixes the sampling, so a resumed run samples what an uninterrupted one would. Returns the batch,
+        the generation's timing and the workers' rollout metrics, and changes no trainer state (asynchronous
+        modes call it from another thread)."""
+        timing: dict[str, float] = {}
         rollout = self.config.actor_rollout_ref.rollout
         if self.config.algorithm.adv_estimator == "remax":
             with timer("gen_max", timing):
@@ -245,23 +270,23 @@ class PPOTrainer:
         meta = {F.TEMPERATURE: rollout.temperature, F.DO_SAMPLE: rollout.do_sample, F.SEED: seed}
         with timer("gen", timing):
             output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
-        self._rollout_metrics = reduce_metrics(output.meta_info.get(F.METRICS, {}))  # per rank: turns, graphs, ...
+        rollout_metrics = reduce_metrics(output.meta_info.get(F.METRICS, {}))  # per rank: turns, graphs, ...
         timing.update(output.meta_info.get(F.TIMING, {}))  # the worker's phases: gen/rollout_mode, gen/generate, ...
         batch = stages.merge_generation(batch, output)
         if F.RESPONSE_MASK not in batch.batch.keys():  # noqa: SIM118
             batch.batch[F.RESPONSE_MASK] = compute_response_mask(batch)
         batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
-        return batch
+        return batch, timing, rollout_metrics
 
     def _generate(self, gen_input: DataProto) -> DataProto:
         """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts."""
         if self.agent_manager is None:
-            return self.workers.actor_rollout.generate_sequences(gen_input)
-        self.workers.actor_rollout.rollout_mode()  # every worker's engine gets the actor's latest weights
+            return self.workers.rollout.generate_sequences(gen_input)
+        self.workers.rollout.rollout_mode()  # every worker's engine gets the actor's latest weights
         try:
             return self.agent_manager.generate_sequences(gen_input)
         finally:
-            self.workers.actor_rollout.trainer_mode()
+            self.workers.rollout.trainer_mode()
 
     def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
         """ReMax (Li et al. 2023, arXiv:2310.10505): the reward of one greedy response per prompt, (B,)."""
@@ -300,8 +325,10 @@ class PPOTrainer:
             with timer("values", timing):
                 batch = batch.union(self.workers.critic.compute_values(batch))
         with timer("adv", timing):
-            self._finish_reward(batch, reward_future, timing)
-            batch = self._advantages(batch, metrics)
+            if reward_future is not None:
+                with timer("reward_wait", timing):
+                    stages.store_reward(batch, *reward_future.result())
+            batch = step_advantages(batch, config.algorithm, self.kl_ctrl, config.actor_rollout_ref.rollout.n, metrics)
         if config.use_critic:
             with timer("update_critic", timing):
                 metrics.update(reduce_metrics(self.workers.critic.update_critic(batch).meta_info[F.METRICS]))
@@ -320,21 +347,8 @@ class PPOTrainer:
         if F.TOKEN_LEVEL_SCORES in batch.batch.keys():  # noqa: SIM118 (dynamic sampling scored it already)
             return None
         with timer("reward", timing):
-            batch = self._with_rm_scores(batch)
-            if not self.config.reward_model.launch_reward_fn_async:
-                stages.attach_reward(batch, self.reward_fn)
-                return None
-        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        future = executor.submit(compute_reward, batch, self.reward_fn)
-        executor.shutdown(wait=False)
-        return future
-
-    def _finish_reward(self, batch: DataProto, future: concurrent.futures.Future | None, timing: dict) -> None:
-        if future is None:
-            return
-        with timer("reward_wait", timing):
-            scores, extra_info = future.result()
-        stages.store_reward(batch, scores, extra_info)
+            launch_async = self.config.reward_model.launch_reward_fn_async
+            return stages.start_reward(self._with_rm_scores(batch), self.reward_fn, launch_async)
 
     def _old_log_probs(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
         output = self.workers.actor_rollout.compute_log_prob(batch)
@@ -344,26 +358,6 @@ class PPOTrainer:
         metrics.update(stages.old_log_prob_metrics(batch, entropys, loss_agg_mode))
         return batch
 
-    def _advantages(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
-        algorithm = self.config.algorithm
-        if algorithm.use_kl_in_reward:
-            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, kl_penalty=algorithm.kl_penalty)
-            metrics.update({name: float(value) for name, value in kl_metrics.items()})
-        else:
-            batch.batch[F.TOKEN_LEVEL_REWARDS] = batch.batch[F.TOKEN_LEVEL_SCORES]
-        batch = compute_advantage(
-            batch,
-            adv_estimator=algorithm.adv_estimator,
-            gamma=algorithm.gamma,
-            lam=algorithm.lam,
-            num_repeat=self.config.actor_rollout_ref.rollout.n,
-            norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
-            config=algorithm,
-        )
-        if algorithm.use_pf_ppo and algorithm.adv_estimator == "gae":  # verl applies PF-PPO with GAE only
-            batch = pf_ppo_resample(batch, algorithm.pf_ppo.reweight_method, algorithm.pf_ppo.weight_pow)
-        return batch
-
     # ---- after the update -------------------------------------------------------------------------------
     def _validate_if_due(self, timing: dict[str, float]) -> dict[str, float]:
         """Validation metrics every `trainer.test_freq` steps and at the last step ({} otherwise)."""
@@ -371,6 +365,8 @@ class PPOTrainer:
         last = step >= self.total_training_steps
         if self.validator is None or trainer.test_freq <= 0 or not (last or step % trainer.test_freq == 0):
             return {}
+        if self.split is not None:
+            self.split.before_validation(step)
         with timer("testing", timing):
             return self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
 
@@ -385,6 +381,8 @@ class PPOTrainer:
     def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:
         metrics = {"training/global_step": float(self.global_step), "training/epoch": float(epoch)}
         metrics.update(self._rollout_metrics)
+        if self.split is not None:
+            metrics.update(self.split.step_metrics(batch, self.global_step - 1, timing))
         if self.group_filter is not None:
             metrics.update(self.group_filter.last_metrics)
         metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
@@ -406,7 +404,8 @@ class PPOTrainer:
         if self.workers.critic is not None:
             self.workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=self.global_step)
         extra = {"kl_coef": float(self.kl_ctrl.value)}
-        self.checkpoints.finalize(self.global_step, self.train_loader.state_dict(), extra=extra)
+        loader_state = self.split.loader_state(self.global_step) if self.split is not None else None
+        self.checkpoints.finalize(self.global_step, loader_state or self.train_loader.state_dict(), extra=extra)
 
     def _load_checkpoint(self) -> None:
         trainer = self.config.trainer

@@ -15,6 +15,7 @@ Shape legend: B rows, P prompt length, R response length.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import uuid
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "sampling_seed",
     "sequence_scores",
     "skipped_old_log_prob_message",
+    "start_reward",
     "store_reward",
 ]
 
@@ -107,6 +109,18 @@ def attach_reward(batch: DataProto, reward_fn: Any) -> tuple[DataProto, dict[str
     scores, extra_info = compute_reward(batch, reward_fn)
     store_reward(batch, scores, extra_info)
     return batch, extra_info
+
+
+def start_reward(batch: DataProto, reward_fn: Any, launch_async: bool) -> concurrent.futures.Future | None:
+    """Score `batch` now (`attach_reward`; returns None), or with `launch_async` in a thread: the future of
+    `compute_reward`'s (scores, extras), for `store_reward` once the log-prob passes are done."""
+    if not launch_async:
+        attach_reward(batch, reward_fn)
+        return None
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    future = executor.submit(compute_reward, batch, reward_fn)
+    executor.shutdown(wait=False)
+    return future
 
 
 def store_reward(batch: DataProto, scores: torch.Tensor, extra_info: dict[str, list]) -> None:

@@ -12,6 +12,13 @@
     metrics = wg.update_actor(batch).meta_info["metrics"]
     wg.save_checkpoint("ckpt/global_step_10/actor", global_step=10)
 
+Split placement (`trainer.placement=split`): a training group built with `rollout=False` and a rollout group built
+with `actor=False` exchange weights over a `WeightChannel` (`hyflow.workers.pool_transfer`):
+
+    host, port = train_wg.weight_channel_address()[0]
+    train_wg.join_weight_channel(host, port, world) | rollout_wg.join_weight_channel(host, port, world)  # at once
+    train_wg.send_weights() | rollout_wg.receive_weights(version=step)                                    # at once
+
 Roles present are chosen by flags (`actor`, `rollout`, `ref`), never by a role string: `self.actor` is a
 `DataParallelPPOActor`, `self.ref` another one without an optimizer (or, with LoRA, the actor's own module with
 the adapter disabled: no second copy of the weights), and `self.rollout` the generation engine built by
@@ -32,6 +39,7 @@ import torch
 from hyflow import fields as F
 from hyflow.config import ActorRolloutRefConfig, RefConfig, RolloutConfig
 from hyflow.controller import Dispatch, Worker, register
+from hyflow.controller.worker import free_port, node_ip_address
 from hyflow.models.lora import merged_hf_weights
 from hyflow.protocol import DataProto
 from hyflow.workers import builders
@@ -39,6 +47,7 @@ from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.fsdp import build_device_mesh, move_optimizer_state, training_device
 from hyflow.workers.micro_batch_loop import ForwardSettings
+from hyflow.workers.pool_transfer import WeightChannel
 from hyflow.workers.weight_sync import SyncStats, iter_bucketed_state
 
 logger = logging.getLogger(__name__)
@@ -63,6 +72,7 @@ class ActorRolloutRefWorker(Worker):
         self._weights_version = 0  # bumped by every actor update
         self._rollout_version = 0  # the actor weights the engine holds
         self._sync_stats: SyncStats | None = None  # of the weight sync in the current generate call, if any
+        self._channel: WeightChannel | None = None  # split placement: to / from the other pool
 
     # ---- building ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -86,8 +96,14 @@ class ActorRolloutRefWorker(Worker):
 
             self.rollout = build_rollout(self.config.rollout, path, self.tokenizer)
             self._rollout_version = self._weights_version
-            if self.config.rollout.free_cache_engine:
+            if self._hands_memory_back:
                 self.rollout.sleep()
+
+    @property
+    def _hands_memory_back(self) -> bool:
+        """Whether the engine sleeps between generations: `rollout.free_cache_engine`, when a training role
+        shares this process (a rollout-only worker of a split placement keeps its cache)."""
+        return self.config.rollout.free_cache_engine and (self.has_actor or self.has_ref)
 
     def _init_actor(self, path: str, mesh: Any) -> None:
         actor_config = self.config.actor
@@ -272,7 +288,7 @@ class ActorRolloutRefWorker(Worker):
     def trainer_mode(self) -> None:
         """Hand the engine's memory (KV cache) back to training when `rollout.free_cache_engine`."""
         self._require(self.rollout, "trainer_mode", "rollout")
-        if self.config.rollout.free_cache_engine:
+        if self._hands_memory_back:
             self.rollout.sleep()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -284,6 +300,47 @@ class ActorRolloutRefWorker(Worker):
         scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
         bucket_bytes = self.config.rollout.update_weights_bucket_megabytes << 20
         return merged_hf_weights(iter_bucketed_state(self.actor.module, bucket_bytes, stats), scaling)
+
+    # ---- weight transfer between pools (split placement) ----
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def weight_channel_address(self) -> tuple[str, int]:
+        """(IP, free port) of this worker's node: training rank 0's answer hosts the channel's store."""
+        return node_ip_address(), free_port()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def join_weight_channel(self, host: str, port: int, world_size: int, timeout_s: float = 600.0) -> None:
+        """Join the channel as its sender (training rank 0) or as receiver 1 + rank (a rollout-only worker); the
+        other training ranks take part in the gather only. Blocks until every member joined."""
+        if self.has_actor:
+            if self.rank == 0:
+                self._channel = WeightChannel.join(host, port, 0, world_size, timeout_s)
+            return
+        self._require(self.rollout, "join_weight_channel", "rollout")
+        self._channel = WeightChannel.join(host, port, 1 + self.rank, world_size, timeout_s)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def send_weights(self) -> dict[str, float]:
+        """Gather the actor's full weights bucket by bucket (every training rank) and broadcast them from rank 0;
+        returns what moved (`rollout/weight_transfer_*`) on rank 0, {} on the others."""
+        self._require(self.actor, "send_weights", "actor")
+        weights = self.actor_weights()
+        if self._channel is None:  # a training rank > 0: its shards go into rank 0's gather
+            for _ in weights:
+                pass
+            return {}
+        stats = self._channel.send(weights, self.config.rollout.update_weights_bucket_megabytes << 20)
+        return {
+            "rollout/weight_transfer_gb": stats.num_bytes / 1e9,
+            "rollout/weight_transfer_buckets": stats.num_buckets,
+        }
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def receive_weights(self, version: int) -> None:
+        """Load the weights training rank 0 broadcasts into the engine; they are those of training step `version`."""
+        self._require(self.rollout, "receive_weights", "rollout")
+        assert self._channel is not None, "join_weight_channel first"
+        self.rollout.wake()
+        self.rollout.load_weights(self._channel.receive(), policy_version=version)  # tokens sampled now carry it
 
     # ---- checkpoints ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -13,6 +13,7 @@ from hyflow.trainer.metrics import (
     compute_throughput_metrics,
     compute_timing_metrics,
     reduce_metrics,
+    staleness_metrics,
     timer,
 )
 
@@ -127,3 +128,16 @@ def test_timer_records_the_time_even_when_the_block_raises():
 def test_worker_metrics_are_reduced_to_their_mean_per_name():
     reduced = reduce_metrics({"actor/pg_loss": [0.5, 1.5, 1.0], "actor/lr": 1e-6, "critic/vf_loss": []})
     assert reduced == {"actor/pg_loss": pytest.approx(1.0), "actor/lr": 1e-6}
+
+
+def test_staleness_metrics_are_the_histogram_of_samples_and_tokens_behind_the_trained_weights():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])  # 3, 1, 2, 4 tokens
+    metrics = staleness_metrics([5, 4, 4, 3], mask, trainer_version=5)  # staleness 0, 1, 1, 2
+
+    assert metrics["async/staleness_mean"] == pytest.approx(1.0)
+    assert metrics["async/staleness_max"] == 2.0
+    assert metrics["async/samples_staleness_0"] == pytest.approx(0.25)
+    assert metrics["async/samples_staleness_1"] == pytest.approx(0.5)
+    assert metrics["async/tokens_staleness_1"] == pytest.approx(3 / 10)
+    assert metrics["async/tokens_staleness_2"] == pytest.approx(4 / 10)
+    assert "async/samples_staleness_3" not in metrics

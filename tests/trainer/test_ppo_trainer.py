@@ -65,16 +65,16 @@ def test_ppo_with_a_critic_trains_the_value_model_and_reports_values(assets, tmp
 
 @pytest.mark.timeout(120)
 def test_pf_ppo_resamples_each_gae_batch_by_reward_before_the_update(assets, tmp_path, monkeypatch):
-    import hyflow.trainer.ppo_trainer as ppo_trainer_module
+    import hyflow.trainer.ppo_ops as ppo_ops_module
 
-    resampled, original = [], ppo_trainer_module.pf_ppo_resample
+    resampled, original = [], ppo_ops_module.pf_ppo_resample
 
     def recording_resample(batch, reweight_method, weight_pow):
         out = original(batch, reweight_method, weight_pow)
         resampled.append((len(batch), len(out), reweight_method))
         return out
 
-    monkeypatch.setattr(ppo_trainer_module, "pf_ppo_resample", recording_resample)
+    monkeypatch.setattr(ppo_ops_module, "pf_ppo_resample", recording_resample)
     steps, _, _ = train(assets, tmp_path, "algorithm.adv_estimator=gae", "algorithm.use_pf_ppo=True")
 
     assert resampled == [(8, 8, "pow"), (8, 8, "pow")]  # 4 prompts x 2 samples per step, drawn with replacement

@@ -1,0 +1,160 @@
+"""Tokens per second of synchronous against asynchronous GRPO, same run, same workers: 1 training + 1 rollout Ray
+worker on the CPU (`trainer.placement=split`), a tiny random model, the synthetic arithmetic task.
+
+    python benchmarks/async_rl.py                          # 8 steps of each mode
+    python benchmarks/async_rl.py --steps 4 --modes colocated,sync,one_step_off --hidden-size 64
+
+Modes: `colocated` (every role in one worker: the usual synchronous run, one process), `sync` (split placement,
+generate then train: the two workers take turns), `one_step_off` and `async1` / `async4` (fully async with
+`max_staleness` 1 / 4), all on the same prompts and seed. Responses have a fixed length (`rollout.ignore_eos`), so
+every step moves the same number of tokens and only the overlap differs.
+
+Per mode, over steps 2..N (step 1 warms up): tokens per second of wall time (the batch's prompt and response tokens,
+`perf/total_num_tokens`, over `timing_s/step`, which for the asynchronous modes starts when the trainer begins
+waiting for its batch, so consecutive steps tile the wall clock), as the mean ± standard deviation and the min..max
+of the per-step values, the ratio to `sync`, the trainer's and the rollout worker's idle fractions, and the weight
+transfer's time. One JSON line follows (also `$OUT/async_rl.json` when `$OUT` is set). The CPU is whatever the
+machine has: on a shared one the spread says how far to trust the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+MODES = {
+    "colocated": ["trainer.placement=colocated"],
+    "sync": ["trainer.placement=split", "async_training.mode=sync"],
+    "one_step_off": ["trainer.placement=split", "async_training.mode=one_step_off"],
+    "async1": ["trainer.placement=split", "async_training.mode=fully_async", "async_training.max_staleness=1"],
+    "async4": ["trainer.placement=split", "async_training.mode=fully_async", "async_training.max_staleness=4"],
+}
+
+
+def train(overrides: list[str], out: Path) -> list[dict]:
+    """Run `PPOTrainer.fit()` with `overrides` in `out`; returns the file logger's lines ({"step", "data"})."""
+    from hyflow.config import load_config
+    from hyflow.trainer.ppo_trainer import PPOTrainer
+
+    config = load_config([*overrides, "trainer.logger=[file]", f"trainer.default_local_dir={out / 'ckpt'}"])
+    with contextlib.chdir(out):
+        trainer = PPOTrainer(config)
+        trainer.init_workers()
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+        with (trainer.tracking.log_dir / "metrics.jsonl").open() as lines:
+            return [json.loads(line) for line in lines]
+
+
+def assets(root: Path, hidden_size: int, num_layers: int) -> dict[str, str]:
+    from hyflow.data.prepare import prepare_task
+    from hyflow.models.tiny import build_tiny_model
+
+    model = build_tiny_model(
+        root / "model", arch="qwen2", hidden_size=hidden_size, num_layers=num_layers, intermediate_size=4 * hidden_size
+    )
+    data = prepare_task("arith", root / "data", seed=0, train_size=512, test_size=8, num_digits=2)
+    return {"model": model, "train": data["train"], "val": data["test"]}
+
+
+def overrides(found: dict[str, str], args: argparse.Namespace, mode: str) -> list[str]:
+    return [
+        f"data.train_files={found['train']}",
+        f"data.val_files={found['val']}",
+        f"data.train_batch_size={args.prompts}",
+        "data.max_prompt_length=64",
+        f"data.max_response_length={args.response_length}",
+        f"actor_rollout_ref.model.path={found['model']}",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.prompts * args.n}",
+        f"actor_rollout_ref.rollout.n={args.n}",
+        "actor_rollout_ref.rollout.ignore_eos=True",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "algorithm.adv_estimator=grpo",
+        "trainer.backend=ray",
+        "trainer.device=cpu",
+        f"trainer.ray_init.num_cpus={args.num_cpus}",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.val_before_train=False",
+        f"trainer.experiment_name=async_rl_{mode}",
+        f"async_training.chunk_prompts={args.chunk_prompts}",
+        *MODES[mode],
+    ]
+
+
+def summarize(lines: list[dict]) -> dict[str, float]:
+    """Tokens/s over steps 2..N (mean, std, min, max), idle fractions and weight-transfer seconds."""
+    steps = [line["data"] for line in lines[1:]] or [line["data"] for line in lines]
+    rates = [step["perf/total_num_tokens"] / step["timing_s/step"] for step in steps]
+
+    def mean_of(key: str) -> float:
+        values = [step[key] for step in steps if key in step]
+        return statistics.fmean(values) if values else float("nan")
+
+    return {
+        "tokens_per_s": sum(s["perf/total_num_tokens"] for s in steps) / sum(s["timing_s/step"] for s in steps),
+        "tokens_per_s_mean": statistics.fmean(rates),
+        "tokens_per_s_std": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        "tokens_per_s_min": min(rates),
+        "tokens_per_s_max": max(rates),
+        "trainer_idle_frac": mean_of("async/trainer_idle_frac"),
+        "rollout_idle_frac": mean_of("async/rollout_idle_frac"),
+        "weight_transfer_s": mean_of("timing_s/weight_transfer"),
+        "staleness_mean": mean_of("async/staleness_mean"),
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--modes", default="colocated,sync,one_step_off,async1", help=f"of {', '.join(MODES)}")
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--response-length", type=int, default=32)
+    parser.add_argument("--hidden-size", type=int, default=128)
+    parser.add_argument("--num-layers", type=int, default=4)
+    parser.add_argument("--chunk-prompts", type=int, default=4, help="fully_async: prompts per generation request")
+    parser.add_argument("--num-cpus", type=int, default=2, help="Ray's CPUs (one per worker)")
+    args = parser.parse_args()
+    unknown = [mode for mode in args.modes.split(",") if mode not in MODES]
+    if unknown:
+        parser.error(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (step 1 is the warm-up)")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as root:
+        found = assets(Path(root) / "assets", args.hidden_size, args.num_layers)
+        for mode in args.modes.split(","):
+            out = Path(root) / mode
+            out.mkdir()
+            results[mode] = summarize(train(overrides(found, args, mode), out))
+    base = results.get("sync", {}).get("tokens_per_s")
+    print(f"{'mode':<14}{'tokens/s':>10}{'per step (mean ± std, min..max)':>36}{'vs sync':>9}{'idle T/R':>12}")
+    for mode, r in results.items():
+        spread = f"{r['tokens_per_s_mean']:.0f} ± {r['tokens_per_s_std']:.0f}, {r['tokens_per_s_min']:.0f}.."
+        spread += f"{r['tokens_per_s_max']:.0f}"
+        ratio = f"{r['tokens_per_s'] / base:.2f}x" if base else "-"
+        idle = f"{r['trainer_idle_frac']:.2f}/{r['rollout_idle_frac']:.2f}"
+        print(f"{mode:<14}{r['tokens_per_s']:>10.0f}{spread:>36}{ratio:>9}{idle:>12}")
+    summary = {"args": vars(args), "results": results}
+    print(json.dumps(summary))
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "async_rl.json").write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

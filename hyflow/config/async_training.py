@@ -1,0 +1,92 @@
+"""`async_training.*` (verl's section name for its asynchronous recipes): how generation and training overlap.
+
+    trainer.placement=split async_training.mode=one_step_off            # batch k+1 generated while step k trains
+    trainer.placement=split async_training.mode=fully_async async_training.max_staleness=2
+
+`mode=sync` (the default) generates each batch with the latest weights and then trains on it, colocated or split.
+The asynchronous modes need `trainer.placement=split` (a rollout pool beside the training pool, Ray backend), so
+that generating and updating can run at the same time; the trainer is the same (`PPOTrainer.fit`), only where its
+generated batches come from changes (`hyflow.trainer.async_rollout`). The how-to is docs/howto/async_rl.md.
+Load-time rules live in `check_async_training`, one message per broken rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from hyflow.config.ppo_trainer import PPOTrainerConfig
+
+__all__ = ["AsyncTrainingConfig", "check_async_training"]
+
+AsyncMode = Literal["sync", "one_step_off", "fully_async"]
+
+
+@dataclass
+class AsyncTrainingConfig:
+    """Which batches the trainer trains on: fresh ones (sync), one step old, or any within a staleness bound."""
+
+    # sync: generate, then train, every step; one_step_off: batch k+1 is generated with the weights of step k-1
+    # while step k trains; fully_async: the rollout pool generates continuously into a buffer (split placement)
+    mode: AsyncMode = "sync"
+    # fully_async: the most policy versions (optimizer steps) a trained sample may lag behind the weights it
+    # updates; older samples are dropped, and no generation starts that could only finish older (0: on-policy)
+    max_staleness: int = 1
+    # fully_async: prompts per generation request (each with its rollout.n samples): the unit the buffer schedules
+    chunk_prompts: int = 1
+
+
+def check_async_training(config: PPOTrainerConfig) -> list[str]:
+    """The problems of `trainer.placement` and `async_training` in `config` (empty when it can run)."""
+    trainer, settings = config.trainer, config.async_training
+    rollout = config.actor_rollout_ref.rollout
+    problems: list[str] = []
+    if settings.mode != "sync" and trainer.placement != "split":
+        problems.append(
+            f"async_training.mode={settings.mode!r} overlaps generation with training, which needs a rollout pool "
+            f"of its own, but trainer.placement={trainer.placement!r}. Fix: set trainer.placement=split (and "
+            "trainer.rollout_n_gpus_per_node), or async_training.mode=sync."
+        )
+    if trainer.placement == "split":
+        if trainer.backend == "local":
+            problems.append(
+                "trainer.placement='split' runs rollout and training in separate worker processes, which "
+                "trainer.backend='local' (one process) cannot. Fix: set trainer.backend=ray (or auto)."
+            )
+        if rollout.tensor_model_parallel_size != 1:
+            problems.append(
+                f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} with "
+                "trainer.placement='split': the rollout pool runs one engine per worker. Fix: set it to 1."
+            )
+        if config.actor_rollout_ref.model.lora_rank > 0:
+            problems.append(
+                f"actor_rollout_ref.model.lora_rank={config.actor_rollout_ref.model.lora_rank} with "
+                "trainer.placement='split' is not supported yet (the rollout pool would need the base weights and "
+                "the adapter). Fix: set trainer.placement=colocated, or lora_rank=0."
+            )
+    if settings.mode == "sync":
+        return problems
+    if config.algorithm.adv_estimator == "remax":
+        problems.append(
+            f"async_training.mode={settings.mode!r} with algorithm.adv_estimator='remax': ReMax's greedy baseline "
+            "is a second, synchronous generation per batch. Fix: use async_training.mode=sync, or another estimator."
+        )
+    if config.algorithm.filter_groups.enable:
+        problems.append(
+            f"async_training.mode={settings.mode!r} with algorithm.filter_groups.enable=True is not supported yet "
+            "(dynamic sampling draws a variable number of generation batches per step). "
+            "Fix: use async_training.mode=sync."
+        )
+    if rollout.multi_turn.enable:
+        problems.append(
+            f"async_training.mode={settings.mode!r} with actor_rollout_ref.rollout.multi_turn.enable=True is "
+            "not supported yet (agent loops run in this process against the rollout pool; a background generator "
+            "for them is future work). Fix: use async_training.mode=sync with trainer.placement=split."
+        )
+    if settings.mode == "fully_async" and config.data.train_batch_size % settings.chunk_prompts:
+        problems.append(
+            f"async_training.chunk_prompts={settings.chunk_prompts} must divide data.train_batch_size="
+            f"{config.data.train_batch_size} (a training batch is whole chunks). Fix: pick a divisor."
+        )
+    return problems

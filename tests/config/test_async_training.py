@@ -1,0 +1,60 @@
+"""`trainer.placement` and `async_training.*`: the modes load, and combinations that cannot run are problems
+naming the keys and the fix."""
+
+import pytest
+
+from hyflow.config import ConfigError, load_config
+
+SPLIT = ["trainer.placement=split", "trainer.device=cpu"]
+
+
+def _problems(overrides: list[str]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_config(overrides)
+    return caught.value.problems
+
+
+def test_the_default_is_colocated_and_synchronous_on_the_local_backend():
+    config = load_config(["trainer.device=cpu"])
+    assert (config.trainer.placement, config.async_training.mode, config.trainer.backend) == (
+        "colocated",
+        "sync",
+        "local",
+    )
+
+
+def test_split_placement_chooses_the_ray_backend_and_loads_the_rollout_pool_size():
+    config = load_config([*SPLIT, "trainer.rollout_n_gpus_per_node=2", "async_training.mode=fully_async"])
+    assert config.trainer.backend == "ray" and config.trainer.rollout_n_gpus_per_node == 2
+
+
+def test_an_asynchronous_mode_without_a_rollout_pool_is_a_problem_naming_the_fix():
+    problems = _problems(["async_training.mode=one_step_off"])
+    assert any("trainer.placement='colocated'" in p and "trainer.placement=split" in p for p in problems)
+
+
+def test_split_placement_on_the_local_backend_is_a_problem():
+    problems = _problems([*SPLIT, "trainer.backend=local"])
+    assert any("trainer.backend='local'" in p and "trainer.backend=ray" in p for p in problems)
+
+
+def test_a_negative_staleness_bound_is_a_range_problem():
+    problems = _problems([*SPLIT, "async_training.mode=fully_async", "async_training.max_staleness=-1"])
+    assert any(p.startswith("async_training.max_staleness=-1 must be 0 or more") for p in problems)
+
+
+def test_chunks_that_do_not_divide_the_training_batch_are_a_problem():
+    overrides = [*SPLIT, "async_training.mode=fully_async", "async_training.chunk_prompts=3", "data.train_batch_size=8"]
+    assert any("async_training.chunk_prompts=3 must divide data.train_batch_size=8" in p for p in _problems(overrides))
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("algorithm.adv_estimator=remax", "algorithm.adv_estimator='remax'"),
+        ("algorithm.filter_groups.enable=True", "algorithm.filter_groups.enable=True"),
+    ],
+)
+def test_features_that_generate_synchronously_are_refused_in_asynchronous_modes(override, named):
+    problems = _problems([*SPLIT, "async_training.mode=one_step_off", override])
+    assert any(named in p and "async_training.mode=sync" in p for p in problems)
