@@ -34,6 +34,7 @@ MODULES = [
     ("verl.workers.reward_manager", "hyflow.reward.managers"),
     ("verl.utils.reward_score", "hyflow.reward.scorers"),
     ("verl.protocol", "hyflow.protocol"),
+    ("verl.utils.ray_utils", "hyflow.controller.ray_objects"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
 CPU_TESTS = ["tests/test_protocol_on_cpu.py", "tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/single_controller"]

@@ -25,9 +25,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hyflow.controller.colocate import create_colocated_worker_cls
+from hyflow.controller.colocate import (
+    create_colocated_worker_cls,
+    create_colocated_worker_cls_fused,
+    create_colocated_worker_raw_cls,
+)
 from hyflow.controller.decorator import Dispatch, Execute, register, register_dispatch_mode, update_dispatch_mode
-from hyflow.controller.errors import WorkerDiedError, WorkerError, WorkerGroupError, WorkerTimeoutError
+from hyflow.controller.errors import (
+    ControllerUsageError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerGroupError,
+    WorkerTimeoutError,
+)
 from hyflow.controller.local import LocalWorkerGroup
 from hyflow.controller.worker import Worker
 from hyflow.controller.worker_group import ClassWithInitArgs, WorkerGroup
@@ -39,10 +49,14 @@ _RAY_NAMES = {
     "RayResourcePool": "hyflow.controller.ray_pool",
     "init_ray": "hyflow.controller.ray_pool",
     "RayWorkerGroup": "hyflow.controller.ray_group",
+    "parallel_put": "hyflow.controller.ray_objects",
+    "split_resource_pool": "hyflow.controller.ray_pool",
+    "merge_resource_pool": "hyflow.controller.ray_pool",
 }
 
 __all__ = [
     "ClassWithInitArgs",
+    "ControllerUsageError",
     "Dispatch",
     "Execute",
     "LocalWorkerGroup",
@@ -56,9 +70,14 @@ __all__ = [
     "WorkerGroupError",
     "WorkerTimeoutError",
     "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "create_colocated_worker_raw_cls",
     "init_ray",
+    "merge_resource_pool",
+    "parallel_put",
     "register",
     "register_dispatch_mode",
+    "split_resource_pool",
     "update_dispatch_mode",
 ]
 
