@@ -12,10 +12,12 @@
     out = wg.double(data)                                    # split over 4 actors, results joined in order
     wg = LocalWorkerGroup(RayClassWithInitArgs(Doubler))     # same API, one worker, in this process
 
-Files: decorator.py (register, Dispatch, Execute, dispatch/collect functions), worker.py (Worker),
-worker_group.py (WorkerGroup: dispatch → execute → collect), local.py (LocalWorkerGroup), colocate.py
-(create_colocated_worker_cls), ray_pool.py (init_ray, RayResourcePool), ray_group.py (RayWorkerGroup),
-errors.py (WorkerError, WorkerDiedError, WorkerTimeoutError).
+Files: decorator.py (register, Dispatch, Execute, dispatch/collect functions, DISPATCH_MODE_FN_REGISTRY),
+dynamic_enum.py (DynamicEnum, which Dispatch is), nd_dispatch.py (make_nd_compute_dataproto_dispatch_fn),
+worker.py (Worker, its mesh records), worker_group.py (WorkerGroup: dispatch → execute → collect), local.py
+(LocalWorkerGroup), colocate.py (create_colocated_worker_cls / _raw_cls / _cls_fused), ray_pool.py (init_ray,
+RayResourcePool, split_resource_pool, merge_resource_pool), ray_group.py (RayWorkerGroup), ray_objects.py
+(parallel_put), errors.py (WorkerError, WorkerDiedError, WorkerTimeoutError, ControllerUsageError).
 
 Importing this package does not import Ray: the Ray names below are loaded on first use.
 """

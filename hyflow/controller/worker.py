@@ -27,13 +27,14 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from hyflow.controller.decorator import Dispatch, register
+from hyflow.controller.decorator import Dispatch, Execute, register
 from hyflow.controller.errors import ControllerUsageError
 
 __all__ = ["DistEnv", "Worker"]
@@ -199,6 +200,17 @@ class Worker:
             )
         (dp_rank,), (is_collect,) = dispatch_dp_rank.values(), collect_dp_rank.values()
         self._register_dispatch_collect_info(mesh_name, dp_rank, is_collect)
+
+    # ---- running a controller-side function on the workers (verl's driver functions) ----
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
+    def execute_with_func_generator(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`func(worker, shard, ...)` on every rank, each with its shard of the DataProto arguments; results joined."""
+        return func(self, *args, **kwargs)
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def execute_func_rank_zero(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`func(*args, **kwargs)` in rank 0's process; its result."""
+        return func(*args, **kwargs)
 
     # ---- called by the worker group itself (not group methods) ----
     def get_master_addr_port(self) -> tuple[str, int]:
