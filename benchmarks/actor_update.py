@@ -202,7 +202,7 @@ def plain_step_fn(args, lm, data):
             log_probs = log_softmax.gather(-1, micro[F.RESPONSES].unsqueeze(-1)).squeeze(-1)
             loss, _ = compute_policy_loss_vanilla(
                 micro[F.OLD_LOG_PROBS], log_probs, micro[F.ADVANTAGES], micro[F.RESPONSE_MASK].float(),
-                "token-mean", config, global_num_tokens=num_tokens,
+                "token-mean", config, batch_num_tokens=num_tokens,
             )  # fmt: skip
             loss.backward()
         torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)

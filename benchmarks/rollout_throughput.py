@@ -13,7 +13,9 @@ Cases: (a) 256 prompts x 256 prompt tokens -> 256 new tokens each (ignore_eos);
        (b) GRPO shape: 64 prompts x 512 prompt tokens, n=8, 512 new tokens (the 8 samples share the prompt's cache);
        (c) the generation of benchmarks/grpo_step.py: 8 prompts x 64 tokens, n=8, 256 new tokens;
        (d) 64 prompts x 512 tokens -> 512 new tokens (n=1: the 7B shape's second case);
-       (long) 64 prompts x 256 tokens -> 4096 new tokens.
+       (long) 64 prompts x 256 tokens -> 4096 new tokens;
+       (s256) and (s1024): 256 and 1024 prompts x 128 tokens -> 256 new tokens (how throughput scales with the
+       batch: the engine's `max_num_seqs` and CUDA-graph ladder reach the largest case's rows).
 Every case runs once as warm-up (at most 512 new tokens) and then `--repeats` times, each run on fresh random
 prompts; each side gets the same prompts. vLLM 0.25.0 (`rollout_throughput_vllm.py`, log-probs on, the settings of
 ../shared/peers/README.md) runs first, in its own engine process, and is skipped with a message where it is not
@@ -64,6 +66,8 @@ GPU_CASES = [
     Case("c", 8, 64, 8, 256),
     Case("d", 64, 512, 1, 512),
     Case("long", 64, 256, 1, 4096),
+    Case("s256", 256, 128, 1, 256),
+    Case("s1024", 1024, 128, 1, 256),
 ]
 TINY_CASES = [
     Case("a", 32, 32, 1, 32),
@@ -71,6 +75,8 @@ TINY_CASES = [
     Case("c", 4, 16, 4, 32),
     Case("d", 8, 64, 1, 64),
     Case("long", 4, 16, 1, 256),
+    Case("s256", 8, 16, 1, 32),
+    Case("s1024", 32, 16, 1, 32),
 ]
 WARMUP_TOKENS = 512  # a warm-up run generates at most this many tokens per sequence: it compiles and captures
 
@@ -212,10 +218,14 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def build_engine(args: argparse.Namespace, model: torch.nn.Module, max_len: int) -> LLMEngine:
+def build_engine(args: argparse.Namespace, model: torch.nn.Module, max_len: int, max_rows: int) -> LLMEngine:
+    """The engine under test; `max_rows` (the most sequences of a case) raises `max_num_seqs` and the CUDA-graph
+    ladder above their default 512 so that a case's whole batch decodes in one graph."""
+    rows = max(512, max_rows)
     config = EngineConfig(
         max_model_len=max_len,
-        max_num_seqs=512,
+        max_num_seqs=rows,
+        cuda_graph_max_batch=rows,
         max_num_batched_tokens=16384,
         gpu_memory_utilization=0.85,
         kv_cache_bytes=2**26,
@@ -305,7 +315,7 @@ def main() -> None:
         print(f"vLLM skipped: {skipped}")
     with torch.device(device):  # built in place: a 7B model's random init on the host takes minutes
         model = Qwen2ForCausalLM(config).to(dtype=dtype).eval()
-    engine = build_engine(args, model, max_len)
+    engine = build_engine(args, model, max_len, max(c.num_prompts * c.n for c in cases))
     if is_main_rank():
         print(
             f"device={device} dtype={dtype} shape={shape} "

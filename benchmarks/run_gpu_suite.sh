@@ -3,7 +3,8 @@
 #   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
 # Parts (comma-separated): tests, grpo, actor, rollout; and peers (not by default: vLLM beside the engine at the
 # 0.5B and 7B shapes, the 7B GRPO step beside TRL+vLLM; needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md).
-# Logs land in the folder (one file per step) and the summary lines on stdout. About 11 minutes on one H200.
+# Logs land in the folder (one file per step) and the summary lines on stdout. About 11 minutes on one H200
+# before the batch-scaling step and the 1024-row / 7B kernel shapes were added (~1.5 minutes more, by their parts).
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
 set -uo pipefail
 source "$(dirname "$0")/suite_step.sh"
@@ -29,7 +30,9 @@ if [[ $parts == *,rollout,* ]]; then
     step rollout 200 "^case|prefill steps" python3 benchmarks/rollout_throughput.py --cases a,b,c --trace
     step rollout_one_window_at_a_time 90 "^case|prefill steps" \
         python3 benchmarks/rollout_throughput.py --no-hf --cases a,b,c --trace --no-async-scheduling
-    step decode_kernels 150 "^decode|^sampler|current" python3 benchmarks/decode_kernels.py
+    step rollout_batch_scaling 90 "^case|prefill steps" \
+        python3 benchmarks/rollout_throughput.py --no-hf --no-vllm --cases s256,s1024 --trace
+    step decode_kernels 200 "^decode|^sampler|^silu|current" python3 benchmarks/decode_kernels.py --shapes c,a,s1024,7b
 fi
 if [[ $parts == *,peers,* ]]; then
     step rollout_peers_05b 330 "^case|skipped" python3 benchmarks/rollout_throughput.py --cases a,b,c,long --no-hf

@@ -4,6 +4,7 @@
     hyflow demo --task countdown --model-size small --grpo-steps 60 --output runs/demo
     hyflow demo --sft-steps 0                    # GRPO straight from the random model (it will not learn)
     hyflow demo --task tools                     # tool calling: SFT on calculator traces, GRPO through the agent loop
+    hyflow demo --task openai_agent              # the same, the tool run by an openai-client agent program
     hyflow demo --task vision                    # a tiny vision-language model reads pictures (hyflow/demo_vision.py)
 
 What it does, in order (everything lands under `--output`):
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hyflow import demo_tools, demo_vision
+from hyflow import demo_openai_agent, demo_tools, demo_vision
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ TASK_OPTIONS: dict[str, dict[str, Any]] = {
     "countdown": dict(num_numbers=3, max_number=9),
     demo_tools.TASK: dict(num_digits=demo_tools.NUM_DIGITS),  # calculator traces; see hyflow/demo_tools.py
     demo_vision.TASK: demo_vision.TASK_OPTIONS,  # pictures of shapes; see hyflow/demo_vision.py
+    demo_openai_agent.TASK: dict(num_digits=demo_tools.NUM_DIGITS),  # see hyflow/demo_openai_agent.py
 }
 MAX_PROMPT_LENGTH = 64
 SFT_WINDOW = 10  # steps over which the SFT loss is averaged for the early stop
@@ -59,6 +61,7 @@ MAX_RESPONSE_LENGTH = {
     "countdown": 24,
     demo_tools.TASK: demo_tools.MAX_RESPONSE_LENGTH,
     demo_vision.TASK: demo_vision.MAX_RESPONSE_LENGTH,
+    demo_openai_agent.TASK: demo_tools.MAX_RESPONSE_LENGTH,
 }
 
 
@@ -106,6 +109,8 @@ def build_assets(plan: DemoPlan, out: Path) -> tuple[str, dict[str, str]]:
         return demo_tools.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
     if plan.task == demo_vision.TASK:
         return demo_vision.build_assets(plan, out)
+    if plan.task == demo_openai_agent.TASK:
+        return demo_openai_agent.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
     model = build_tiny_model(out / "base_model", arch="qwen2", seed=plan.seed, **MODEL_SIZES[plan.model_size])
     options = dict(train_size=plan.train_size, test_size=plan.test_size, **TASK_OPTIONS[plan.task])
     data = prepare_task(plan.task, out / "data", seed=plan.seed, **options)
@@ -181,7 +186,7 @@ def run_sft_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, t
     from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
 
     overrides = sft_overrides(plan, model, data, out)
-    if plan.task == demo_tools.TASK:
+    if plan.task in (demo_tools.TASK, demo_openai_agent.TASK):  # the same traces
         overrides = demo_tools.sft_overrides(overrides)
     if plan.task == demo_vision.TASK:
         overrides = demo_vision.sft_overrides(overrides)
@@ -212,6 +217,8 @@ def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, 
         overrides = demo_tools.grpo_overrides(overrides)
     if plan.task == demo_vision.TASK:
         overrides = demo_vision.grpo_overrides(overrides)
+    if plan.task == demo_openai_agent.TASK:
+        overrides = demo_openai_agent.grpo_overrides(overrides)
     config = load_config(overrides)
     trainer = PPOTrainer(config)
     try:
@@ -264,6 +271,7 @@ def run_demo(plan: DemoPlan) -> list[Any]:
 TASK_PLAN_DEFAULTS: dict[str, dict[str, Any]] = {
     demo_tools.TASK: demo_tools.PLAN_DEFAULTS,
     demo_vision.TASK: demo_vision.PLAN_DEFAULTS,
+    demo_openai_agent.TASK: demo_openai_agent.PLAN_DEFAULTS,
 }
 
 

@@ -56,14 +56,16 @@ def with_overrides(base: Sequence[str], updates: dict[str, Any]) -> list[str]:
 
 
 def build_assets(
-    plan: Any, out: Path, model_sizes: dict[str, int], num_digits: int = NUM_DIGITS
+    plan: Any, out: Path, model_sizes: dict[str, int], num_digits: int = NUM_DIGITS, agent_name: str = "tool_agent"
 ) -> tuple[str, dict[str, str]]:
-    """The untrained model folder and the tool traces' train/test parquet files (`plan`: a `demo.DemoPlan`)."""
+    """The untrained model folder and the tool traces' train/test parquet files (`plan`: a `demo.DemoPlan`), whose
+    rows run the agent loop `agent_name`."""
     from hyflow.data.preprocess.tool_traces import write_splits
     from hyflow.models.tiny import build_tiny_model
 
     model = build_tiny_model(out / "base_model", arch="qwen2", seed=plan.seed, **model_sizes)
-    data = write_splits(out / "data", plan.train_size, plan.test_size, plan.seed, num_digits=num_digits)
+    difficulty = dict(num_digits=num_digits, agent_name=agent_name)
+    data = write_splits(out / "data", plan.train_size, plan.test_size, plan.seed, **difficulty)
     return model, data
 
 

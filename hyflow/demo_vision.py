@@ -9,7 +9,8 @@ What changes from the single-turn tasks (everything else is `hyflow.demo`'s run)
    <answer></answer>.`, scored exactly;
 3. SFT on the reference answers with the images (the vision tower trains too), stopped early, so the model knows
    the format and is partly right;
-4. GRPO samples with `rollout.name=hf` (`transformers.generate`; the engine has no multimodal prefill yet).
+4. GRPO samples with `rollout.name=hf` (`transformers.generate`, with which the numbers below were measured;
+   `rollout.name=hyflow` runs the engine's own image prefill).
 
 The answer is in the pixels only, so accuracy above chance (1/3) means the model reads the image. `--task vision`
 brings its own run sizes (`PLAN_DEFAULTS`; flags given on the command line still win). Measured on the shared

@@ -30,6 +30,7 @@ Tensor fields (`DataProto.batch`):
 | reward_baselines    | (B,)   | float32 | greedy-response reward, the ReMax baseline                             |
 | advantages          | (B, R) | float32 | advantage estimate of each response token                              |
 | returns             | (B, R) | float32 | return (critic target) of each response token                          |
+| rollout_policy_versions | (B, R) | int64 | policy version (weights) that sampled each token; -1 on padding     |
 
 Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of length B):
 
@@ -51,10 +52,15 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | turn_scores        | list[float] | the interaction's reward for each user turn of an agent episode         |
 | tool_rewards       | list[float] | the reward each executed tool call returned                             |
 | tool_scores        | dict        | tool name -> that tool's `calc_reward` score for the whole episode      |
-| multi_modal_data   | dict        | {"image": [PIL images]} of the prompt, what generation reads            |
-| multi_modal_inputs | dict        | processor outputs of the prompt (pixel_values, image_grid_thw) for the  |
-|                    |             | training forward; position_ids are then (B, 3, T) M-RoPE rows           |
+| multi_modal_data   | dict        | {"image": [PIL images], "video": [[frames]]} of the prompt, for rollouts|
+| multi_modal_inputs | dict        | processor outputs of the row (pixel_values, image_grid_thw; videos:     |
+|                    |             | pixel_values_videos, video_grid_thw) for the training forward, the      |
+|                    |             | prompt's plus a tool's images after an agent loop; position_ids are     |
+|                    |             | then (B, 3, T) M-RoPE rows                                              |
 | agent_reward       | float/None  | the reward an `openai_agent` function returned (None: it returned none) |
+|                    |             | and the row's score in every reward manager (reward/managers/base.py)   |
+| rollout_policy_version_min | int | oldest policy version among a row's tokens (-1: no token)       |
+| rollout_policy_version_max | int | newest policy version among a row's tokens (-1: no token)       |
 
 Meta fields (`DataProto.meta_info`, one value for the whole batch):
 
@@ -149,6 +155,9 @@ METRICS = "metrics"
 ROLLOUT_CORRECTION = "rollout_correction"
 TIMING = "timing"
 REWARD_EXTRA_KEYS = "reward_extra_keys"
+ROLLOUT_POLICY_VERSIONS = "rollout_policy_versions"
+ROLLOUT_POLICY_VERSION_MIN = "rollout_policy_version_min"
+ROLLOUT_POLICY_VERSION_MAX = "rollout_policy_version_max"
 
 _TOKEN_F = "float32"
 _SPECS: tuple[FieldSpec, ...] = (
@@ -186,9 +195,9 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TURN_SCORES, "(B,)", "list[float]", "non_tensor", "the interaction's reward for each user turn"),
     FieldSpec(TOOL_REWARDS, "(B,)", "list[float]", "non_tensor", "the reward each executed tool call returned"),
     FieldSpec(TOOL_SCORES, "(B,)", "dict", "non_tensor", "tool name -> that tool's score for the whole episode"),
-    FieldSpec(MULTI_MODAL_DATA, "(B,)", "dict", "non_tensor", "{'image': [PIL images]} of the prompt, for generation"),
-    FieldSpec(MULTI_MODAL_INPUTS, "(B,)", "dict", "non_tensor", "processor outputs (pixel_values, image_grid_thw)"),
-    FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "the reward an openai_agent function returned, or None"),
+    FieldSpec(MULTI_MODAL_DATA, "(B,)", "dict", "non_tensor", "{'image': [PIL], 'video': [[frames]]} of the prompt"),
+    FieldSpec(MULTI_MODAL_INPUTS, "(B,)", "dict", "non_tensor", "processor outputs (pixel_values, *_grid_thw, ...)"),
+    FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "an openai_agent's reward (the row's score), or None"),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),
     FieldSpec(DO_SAMPLE, "", "bool", "meta", "sample (True) or decode greedily (False)"),
     FieldSpec(VALIDATE, "", "bool", "meta", "the batch is a validation batch"),
@@ -201,6 +210,9 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
     FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),
     FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
+    FieldSpec(ROLLOUT_POLICY_VERSIONS, "(B, R)", "int64", "tensor", "policy version that sampled each token, -1 = pad"),
+    FieldSpec(ROLLOUT_POLICY_VERSION_MIN, "(B,)", "int", "non_tensor", "oldest policy version of a row's tokens"),
+    FieldSpec(ROLLOUT_POLICY_VERSION_MAX, "(B,)", "int", "non_tensor", "newest policy version of a row's tokens"),
 )
 
 FIELDS: dict[str, FieldSpec] = {spec.name: spec for spec in _SPECS}

@@ -29,6 +29,9 @@ MODULES = [
     ("verl.single_controller.ray.base", "hyflow.controller"),
     ("verl.single_controller.ray", "hyflow.controller"),
     ("verl.single_controller", "hyflow.controller"),
+    # verl's tests rebind the registries as module attributes: point them at the module that owns them
+    ("verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY", "hyflow.algorithms.registry.ADV_ESTIMATOR_REGISTRY"),
+    ("verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY", "hyflow.algorithms.registry.POLICY_LOSS_REGISTRY"),
     ("verl.trainer.ppo.core_algos", "hyflow.algorithms"),
     ("verl.experimental.agent_loop.tool_parser", "hyflow.agent.parsers"),
     ("verl.workers.reward_manager.registry", "hyflow.reward.managers"),
@@ -36,6 +39,19 @@ MODULES = [
     ("verl.utils.reward_score", "hyflow.reward.scorers"),
     ("verl.protocol", "hyflow.protocol"),
     ("verl.utils.ray_utils", "hyflow.controller.ray_objects"),
+    ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
+    ("verl.base_config", "hyflow.config.base_config"),
+    ("verl.utils.device", "hyflow.utils.device"),
+    ("verl.trainer.ppo.metric_utils", "hyflow.trainer.metric_utils"),
+    ("verl.utils.metric.utils", "hyflow.utils.metric"),
+    ("verl.utils.metric", "hyflow.utils.metric"),
+    ("verl.utils.py_functional", "hyflow.utils.metric"),  # for append_to_dict
+    ("verl.workers.config.actor", "hyflow.config.actor_rollout_ref"),
+    ("verl.tools.schemas", "hyflow.agent.tools.schemas"),
+    ("verl.tools.tool_registry", "hyflow.agent.tools.registry"),
+    ("verl.tools.base_tool", "hyflow.agent.tools.base"),
+    ("verl.tools.function_tool", "hyflow.agent.tools.function_tool"),
+    ("from verl.utils import tensordict_utils", "from hyflow.utils import tensordict_utils"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
 CPU_TESTS = ["tests/test_protocol_on_cpu.py", "tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/single_controller"]

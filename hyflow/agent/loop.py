@@ -14,6 +14,10 @@ by name and are picked per sample through its `agent_name`:
 
 Response layout (R = response tokens): `response_ids[i]` is a model token when `response_mask[i] == 1` (with its
 sampling log-prob in `response_log_probs[i]`), a tool / user token when 0 (log-prob 0.0).
+
+Vision-language models: `AgentData.image_data` / `video_data` hold the episode's images and videos (the prompt's,
+then those tools returned) and `multi_modal_inputs` their processor outputs, in the order of their pad tokens in
+prompt_ids + response_ids; the output carries `multi_modal_inputs` to training (see `hyflow.agent.vision`).
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ class AgentLoopOutput:
     # Reward extras: "turn_scores" (one per interaction turn), "tool_rewards" (one per executed tool call),
     # "tool_scores" (tool name -> its calc_reward for the episode, tool_agent only).
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    # per response token, the policy version that sampled it (-1: a tool / user token, or not tracked)
+    response_policy_versions: list[int] | None = None
+    # Processor outputs of every image / video of prompt + response (vision-language models; None: text only).
+    multi_modal_inputs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         lengths = {len(self.response_ids), len(self.response_mask), len(self.response_log_probs)}
@@ -80,6 +88,7 @@ class AgentData:
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     response_log_probs: list[float] = field(default_factory=list)
+    response_policy_versions: list[int] = field(default_factory=list)  # -1 for context tokens
     tools_kwargs: dict[str, Any] = field(default_factory=dict)
     tool_calls: list[FunctionCall] = field(default_factory=list)  # parsed from the last model turn
     tool_instances: dict[str, str] = field(default_factory=dict)  # tool name -> instance id, created lazily
@@ -94,19 +103,34 @@ class AgentData:
     finish_reason: EpisodeEnd = "stop"
     metrics: AgentLoopMetrics = field(default_factory=AgentLoopMetrics)
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    image_data: list[Any] = field(default_factory=list)  # PIL images, in the order of their pads
+    video_data: list[list[Any]] = field(default_factory=list)  # videos as frame lists, likewise
+    multi_modal_inputs: dict[str, Any] = field(default_factory=dict)  # their processor outputs
 
-    def append_model_tokens(self, token_ids: list[int], log_probs: list[float]) -> None:
-        """Tokens the policy sampled: trained on (mask 1), with the log-probs they were sampled with."""
+    def add_images(self, images: list[Any], inputs: dict[str, Any]) -> None:
+        """Images whose pad tokens were just appended: kept, and their processor outputs appended."""
+        from hyflow.agent.vision import merge_inputs
+
+        self.image_data += images
+        self.multi_modal_inputs = merge_inputs(self.multi_modal_inputs, inputs)
+
+    def append_model_tokens(
+        self, token_ids: list[int], log_probs: list[float], policy_versions: list[int] | None = None
+    ) -> None:
+        """Tokens the policy sampled: trained on (mask 1), with the log-probs they were sampled with and the
+        policy version of each (the engine's; None: not tracked, recorded as -1)."""
         assert len(token_ids) == len(log_probs), "one log-prob per generated token"
         self.response_ids += token_ids
         self.response_mask += [1] * len(token_ids)
         self.response_log_probs += log_probs
+        self.response_policy_versions += [-1] * len(token_ids) if policy_versions is None else policy_versions
 
     def append_context_tokens(self, token_ids: list[int]) -> None:
         """Tool / user tokens: part of the context, never trained on (mask 0, log-prob 0)."""
         self.response_ids += token_ids
         self.response_mask += [0] * len(token_ids)
         self.response_log_probs += [0.0] * len(token_ids)
+        self.response_policy_versions += [-1] * len(token_ids)
 
     def to_output(self, response_length: int) -> AgentLoopOutput:
         """The trajectory, cut to `response_length` tokens (mask and log-probs cut with it)."""
@@ -115,6 +139,7 @@ class AgentData:
             response_ids=self.response_ids[:response_length],
             response_mask=self.response_mask[:response_length],
             response_log_probs=self.response_log_probs[:response_length],
+            response_policy_versions=self.response_policy_versions[:response_length],
             num_turns=1 + self.assistant_turns + self.tool_turns + self.user_turns,
             finish_reason=self.finish_reason,
             metrics=self.metrics,
@@ -123,6 +148,7 @@ class AgentData:
                 "tool_rewards": list(self.tool_rewards),
                 **self.extra_fields,
             },
+            multi_modal_inputs=dict(self.multi_modal_inputs) or None,
         )
 
 
@@ -138,6 +164,7 @@ class AgentLoopContext:
     message_delta: MessageDelta
     tools: dict[str, BaseTool] = field(default_factory=dict)
     interactions: dict[str, BaseInteraction] = field(default_factory=dict)
+    processor: Any = None  # a vision-language model's processor (None: text only)
 
 
 class AgentLoopBase(ABC):

@@ -8,9 +8,15 @@ an asyncio task; all turns of one sample go to one server (`ServerRouter`). Tool
 `rollout.multi_turn.tool_config_path` / `interaction_config_path` once, here, so a bad config fails at start-up.
 
 Output (B samples, P = rollout.prompt_length, R = rollout.response_length): `prompts` (B, P) left-padded,
-`responses`, `response_mask`, `rollout_log_probs` (B, R) right-padded, `input_ids`, `attention_mask`,
-`position_ids` (B, P + R); non-tensor `num_turns`, `finish_reason`, and the reward extras `turn_scores`,
-`tool_rewards`, `tool_scores`; `meta_info["metrics"]` (batch means of the loops' counters) and `["timing"]`.
+`responses`, `response_mask`, `rollout_log_probs`, `rollout_policy_versions` (B, R) right-padded (versions: -1 on
+tool / user tokens and padding), `input_ids`, `attention_mask`, `position_ids` (B, P + R); non-tensor `num_turns`,
+`finish_reason`, `rollout_policy_version_min` / `_max`, and the reward extras `turn_scores`, `tool_rewards`,
+`tool_scores`, `agent_reward`; `meta_info["metrics"]` (batch means of the loops' counters) and `["timing"]`.
+
+With a vision-language model's `processor`, the loops fill the prompts' images in (the rows' `multi_modal_data`),
+the output adds each trajectory's `multi_modal_inputs` (the prompt's images and those its tools returned, which
+replace the prompt-only ones in the training batch) and `position_ids` are the M-RoPE rows (B, 3, P + R) of the
+whole sequence.
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ from hyflow.agent.parsers import ToolParser
 from hyflow.agent.server import AsyncLLMServer, ServerRouter
 from hyflow.agent.tools.registry import import_class, initialize_tools_from_config, read_yaml_list
 from hyflow.config.actor_rollout_ref import RolloutConfig
+from hyflow.data.multimodal import row_position_ids
 from hyflow.engine.config import SamplingParams
 from hyflow.protocol import DataProto
+from hyflow.rollout.policy_versions import version_range
 from hyflow.rollout.worker_rollout import row_sampling_params, sampling_for_batch
 
 logger = logging.getLogger(__name__)
@@ -65,7 +73,9 @@ def register_loops_from_config(path: str) -> None:
 class AgentLoopManager:
     """Generates a batch of trajectories with agent loops over one or more async generation servers."""
 
-    def __init__(self, config: RolloutConfig, tokenizer: Any, servers: Sequence[AsyncLLMServer]) -> None:
+    def __init__(
+        self, config: RolloutConfig, tokenizer: Any, servers: Sequence[AsyncLLMServer], processor: Any = None
+    ) -> None:
         lengths = (("prompt_length", "data.max_prompt_length"), ("response_length", "data.max_response_length"))
         for key, source in lengths:
             value = getattr(config, key)
@@ -75,6 +85,7 @@ class AgentLoopManager:
                 )
         self.config = config
         self.tokenizer = tokenizer
+        self.processor = processor
         multi_turn = config.multi_turn
         tools = initialize_tools_from_config(multi_turn.tool_config_path) if multi_turn.tool_config_path else []
         interactions = (
@@ -95,6 +106,7 @@ class AgentLoopManager:
             message_delta=MessageDelta(tokenizer),
             tools={tool.name: tool for tool in tools},
             interactions=interactions,
+            processor=processor,
         )
 
     # ---- entry points ---------------------------------------------------------------------------------------
@@ -162,6 +174,7 @@ class AgentLoopManager:
         response_mask = torch.zeros_like(responses)
         response_attention = torch.zeros_like(responses)
         log_probs = torch.zeros((len(outputs), response_length), dtype=torch.float32)
+        versions = torch.full((len(outputs), response_length), -1, dtype=torch.long)
         for i, out in enumerate(outputs):
             p, r = len(out.prompt_ids), len(out.response_ids)
             if p:
@@ -171,21 +184,35 @@ class AgentLoopManager:
             response_mask[i, :r] = torch.tensor(out.response_mask, dtype=torch.long)
             response_attention[i, :r] = 1
             log_probs[i, :r] = torch.tensor(out.response_log_probs, dtype=torch.float32)
+            if out.response_policy_versions is not None:
+                versions[i, :r] = torch.tensor(out.response_policy_versions, dtype=torch.long)
         attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
+        input_ids = torch.cat([prompts, responses], dim=1)
         tensors = {
             F.PROMPTS: prompts,
             F.RESPONSES: responses,
             F.RESPONSE_MASK: response_mask,
-            F.INPUT_IDS: torch.cat([prompts, responses], dim=1),
+            F.INPUT_IDS: input_ids,
             F.ATTENTION_MASK: attention_mask,
             F.POSITION_IDS: (attention_mask.cumsum(dim=1) - 1).clamp(min=0) * attention_mask,
             F.ROLLOUT_LOG_PROBS: log_probs,
+            F.ROLLOUT_POLICY_VERSIONS: versions,
         }
         non_tensors = {
             F.NUM_TURNS: [out.num_turns for out in outputs],
             F.FINISH_REASON: [out.finish_reason for out in outputs],
+            **version_range(versions),
             **{key: [out.extra_fields.get(key) for out in outputs] for key in EXTRA_FIELDS},
         }
+        if self.processor is not None:
+            rows = [out.multi_modal_inputs or {} for out in outputs]
+            non_tensors[F.MULTI_MODAL_INPUTS] = rows
+            tensors[F.POSITION_IDS] = torch.stack(
+                [
+                    row_position_ids(self.processor, ids, mask, row)
+                    for ids, mask, row in zip(input_ids, attention_mask, rows)
+                ]
+            )
         return DataProto.from_dict(tensors, non_tensors, meta_info={F.METRICS: batch_metrics(outputs)})
 
 

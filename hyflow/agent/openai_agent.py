@@ -20,13 +20,16 @@ not used (on-policy RL samples with the trainer's settings). A request whose his
 messages plus the reply as returned (the agent rewrote or dropped messages) is refused with a 400 naming the
 message, and the episode fails with that error: hyflow trains one conversation per rollout and does not split a
 trajectory into segments. The function's reward travels with the trajectory as the non-tensor field
-`agent_reward` (None when it returned None); the reward managers do not read it yet (they score the final text).
+`agent_reward` (None when it returned None). The reward managers take it as the row's score and skip the scoring
+function for that row; a None leaves the row to the configured scorer, which scores the final text as for any
+rollout (precedence in hyflow/reward/managers/base.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -95,7 +98,7 @@ class RolloutEndpoint:
         params = dataclasses.replace(self.sampling_params, max_tokens=budget, seed=seed)
         context = data.prompt_ids + data.response_ids
         output = await self.loop.server.generate(data.request_id, context, params)
-        data.append_model_tokens(output.token_ids, output.log_probs)
+        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions)
         data.assistant_turns += 1
         ended_with_eos = bool(output.token_ids) and output.token_ids[-1] == tokenizer.eos_token_id
         data.last_turn_ended_with_eos = ended_with_eos
@@ -144,8 +147,18 @@ class OpenAIAgentLoop(AgentLoopBase):
             raise ValueError(f"the openai_agent function {type(self).agent.__name__} made no chat completion request")
         output = endpoint.data.to_output(self.response_length)
         if reward is not None:
-            output.extra_fields[F.AGENT_REWARD] = float(reward)
+            output.extra_fields[F.AGENT_REWARD] = checked_reward(reward, type(self).agent)
         return output
+
+
+def checked_reward(reward: Any, function: AgentFunction) -> float:
+    """The function's reward as a float; anything but a real number (or a 0-d array of one) is a TypeError."""
+    if isinstance(reward, numbers.Real) or (getattr(reward, "ndim", None) == 0 and hasattr(reward, "item")):
+        return float(reward)
+    raise TypeError(
+        f"the openai_agent function {function.__name__} returned {reward!r:.80} ({type(reward).__name__}); it returns "
+        "a number (the episode's reward) or None (the reward manager scores the final text)."
+    )
 
 
 def openai_agent_loop(function: AgentFunction) -> type[OpenAIAgentLoop]:

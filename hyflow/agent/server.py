@@ -3,7 +3,12 @@
 An agent loop needs one call: generate tokens for a prompt, with the log-prob of each sampled token.
 
     class AsyncLLMServer(Protocol):
-        async def generate(self, request_id, prompt_ids, sampling_params) -> TokenOutput
+        async def generate(self, request_id, prompt_ids, sampling_params, **vision) -> TokenOutput
+
+`vision` is empty for text; for a vision-language model it is `multi_modal_inputs=` the processor outputs
+(pixel_values, image_grid_thw, ...) of the images whose expanded pad tokens `prompt_ids` holds, passed only when
+there are any (so text-only servers need not accept it). The rollout's `generate` takes them: `rollout.name=hf`
+runs them through `transformers.generate`.
 
 `LocalEngineServer` puts hyflow's engine behind it (`AsyncLLMEngine`, or the rollout worker's `EngineRollout`), in
 this process (`trainer.backend=local`). `WorkerServer` reaches a rollout worker in another process (a Ray actor,
@@ -41,13 +46,16 @@ class TokenOutput:
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: FinishReason
+    policy_versions: list[int] | None = None  # per token, the engine's weights version; None: not tracked
 
 
 class AsyncLLMServer(Protocol):
     """Anything that generates tokens for agent loops. `request_id` names the conversation (stable over turns)."""
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
-        """Generate a continuation of `prompt_ids`."""
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams, **vision: Any
+    ) -> TokenOutput:
+        """Generate a continuation of `prompt_ids` (`vision`: `multi_modal_inputs=...`, see the module docstring)."""
         ...
 
 
@@ -58,6 +66,7 @@ def token_output(output: Any) -> TokenOutput:
         token_ids=list(completion.token_ids),
         log_probs=[float(x) for x in completion.log_probs],
         finish_reason=completion.finish_reason or "abort",
+        policy_versions=None if completion.policy_versions is None else list(completion.policy_versions),
     )
 
 
@@ -70,9 +79,11 @@ class LocalEngineServer:
         self.engine = engine
         self._turns = itertools.count()
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
-        output = await self.engine.generate(prompt_ids, sampling_params, request_id=f"{request_id}/{next(self._turns)}")
-        return token_output(output)
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams, **vision: Any
+    ) -> TokenOutput:
+        turn_id = f"{request_id}/{next(self._turns)}"
+        return token_output(await self.engine.generate(prompt_ids, sampling_params, request_id=turn_id, **vision))
 
 
 class WorkerServer:
@@ -97,9 +108,11 @@ class WorkerServer:
         self.rank, self.node = rank, node
         self._turns = itertools.count()
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams, **vision: Any
+    ) -> TokenOutput:
         turn_id = f"{request_id}/{next(self._turns)}"
-        pending = self.method.remote(list(prompt_ids), sampling_params, turn_id)
+        pending = self.method.remote(list(prompt_ids), sampling_params, turn_id, **vision)
         try:
             return token_output(await asyncio.wait_for(pending, self.timeout_s))
         except TimeoutError:
@@ -126,9 +139,11 @@ class ServerRouter:
             self.active[index] += 1
         return self._assigned[request_id]
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams, **vision: Any
+    ) -> TokenOutput:
         server = self.servers[self.server_index(request_id)]
-        return await server.generate(request_id, prompt_ids, sampling_params)
+        return await server.generate(request_id, prompt_ids, sampling_params, **vision)
 
     def release(self, request_id: str) -> None:
         """The conversation is over: its server's load goes down."""

@@ -25,16 +25,24 @@ def prompt_ids_of(tokenizer: Any, row: dict[str, Any], tools: list[dict] | None 
 
 @register_agent_loop("single_turn_agent")
 class SingleTurnAgentLoop(AgentLoopBase):
-    """Generate one response of at most `response_length` tokens, all of them in the loss."""
+    """Generate one response of at most `response_length` tokens, all of them in the loss. A row with images
+    (`multi_modal_inputs`, a vision-language model) generates from the dataset's prompt ids and its images."""
 
     async def run(self, sampling_params: SamplingParams, **kwargs: Any) -> AgentLoopOutput:
         data = AgentData(request_id=kwargs["request_id"], messages=list(kwargs.get("raw_prompt") or []))
-        data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs)
+        vision = {}
+        if self.context.processor is not None and kwargs.get("multi_modal_inputs"):
+            # The dataset's own tokens: the pads of its images are expanded in raw_prompt_ids already.
+            data.prompt_ids = [int(i) for i in kwargs["raw_prompt_ids"]]
+            data.multi_modal_inputs = dict(kwargs["multi_modal_inputs"])
+            vision = {"multi_modal_inputs": data.multi_modal_inputs}
+        else:
+            data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs)
         params = dataclasses.replace(sampling_params, max_tokens=self.response_length)
         start = time.perf_counter()
-        output = await self.server.generate(data.request_id, data.prompt_ids, params)
+        output = await self.server.generate(data.request_id, data.prompt_ids, params, **vision)
         data.metrics.generate_seconds = time.perf_counter() - start
-        data.append_model_tokens(output.token_ids, output.log_probs)
+        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions)
         data.assistant_turns = 1
         data.finish_reason = output.finish_reason
         return data.to_output(self.response_length)

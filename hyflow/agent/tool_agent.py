@@ -13,8 +13,14 @@
   each cut off after its tool's `timeout`; a failure becomes "Error when executing tool: ..." in the conversation;
   responses are cut to `max_tool_response_length` characters on `tool_response_truncate_side`, rendered by the
   chat template and appended with mask 0 (see `hyflow.agent.chat` for why this stays token-consistent).
+  A tool's images (`ToolResponse.image`, vision-language models) go in front of its text as image parts: their
+  pad tokens are expanded in the delta and their processor outputs join the episode's `multi_modal_inputs`
+  (`hyflow.agent.vision`); a response that would overflow `response_length` keeps only its text.
 - INTERACTING: the interaction scores the answer (`turn_scores`) and may end the episode; else its reply becomes a
   user message (mask 0), up to `max_user_turns` replies.
+With a processor (`context.processor`), the prompt's "<image>" / "<video>" placeholders are filled with the row's
+`multi_modal_data` (the dataset's decoded images and videos) and every generation request carries the episode's
+`multi_modal_inputs`. Tools with `takes_images = True` get the prompt's images as `create(image_data=...)`.
 `release` of every tool instance and `finalize_interaction` always run, also when the episode fails.
 """
 
@@ -30,7 +36,8 @@ from typing import Any
 from hyflow.agent.chat import encode_prompt, truncate_text
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
 from hyflow.agent.parsers import FunctionCall
-from hyflow.agent.tools.base import BaseTool
+from hyflow.agent.tools.base import BaseTool, ToolResponse
+from hyflow.agent.vision import encode_prompt_with_images, expand_tool_images, tool_images, tool_message
 from hyflow.engine.config import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -74,6 +81,10 @@ class ToolAgentLoop(AgentLoopBase):
             messages=[dict(message) for message in kwargs["raw_prompt"]],
             tools_kwargs=dict(kwargs.get("tools_kwargs") or {}),
         )
+        multi_modal_data = kwargs.get("multi_modal_data") or {}
+        if self.context.processor is not None:
+            data.image_data = list(multi_modal_data.get("image") or [])
+            data.video_data = list(multi_modal_data.get("video") or [])
         handlers = {
             AgentState.PENDING: self._pending,
             AgentState.GENERATING: self._generating,
@@ -92,9 +103,18 @@ class ToolAgentLoop(AgentLoopBase):
     # ---- states ---------------------------------------------------------------------------------------------
     async def _pending(self, data: AgentData) -> AgentState:
         schemas = [tool.tool_schema for tool in self.tools.values()]
-        data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas)
+        processor = self.context.processor
+        if processor is None:
+            data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas)
+        else:
+            data.prompt_ids, data.multi_modal_inputs = encode_prompt_with_images(
+                processor, data.messages, data.image_data, data.video_data, schemas
+            )
+        prompt_images = list(data.image_data)
         for name, tool in self.tools.items():
-            create_kwargs = data.tools_kwargs.get(name, {}).get("create_kwargs", {})
+            create_kwargs = dict(data.tools_kwargs.get(name, {}).get("create_kwargs", {}))
+            if tool.takes_images:
+                create_kwargs.setdefault("image_data", prompt_images)
             data.tool_instances[name] = await tool.create(**create_kwargs)
         if self.interaction_kwargs:
             await self._start_interaction(data)
@@ -109,9 +129,10 @@ class ToolAgentLoop(AgentLoopBase):
             seed = (seed + 7919 * data.assistant_turns) & 0xFFFFFFFF
         params = dataclasses.replace(self.sampling_params, max_tokens=budget, seed=seed)
         start = time.perf_counter()
-        output = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params)
+        vision = {"multi_modal_inputs": data.multi_modal_inputs} if data.multi_modal_inputs else {}
+        output = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params, **vision)
         data.metrics.generate_seconds += time.perf_counter() - start
-        data.append_model_tokens(output.token_ids, output.log_probs)
+        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions)
         data.assistant_turns += 1
         ended_with_eos = bool(output.token_ids) and output.token_ids[-1] == self.tokenizer.eos_token_id
         data.last_turn_ended_with_eos = ended_with_eos
@@ -139,17 +160,18 @@ class ToolAgentLoop(AgentLoopBase):
         calls = data.tool_calls[: multi_turn.max_parallel_calls]
         data.metrics.num_dropped_tool_calls += len(data.tool_calls) - len(calls)
         start = time.perf_counter()
-        texts = await asyncio.gather(*(self._call_tool(data, call) for call in calls))
+        responses = await asyncio.gather(*(self._call_tool(data, call) for call in calls))
         data.metrics.tool_seconds += time.perf_counter() - start
         data.metrics.num_tool_calls += len(calls)
         cut = multi_turn.max_tool_response_length
-        messages = [
-            {"role": "tool", "content": truncate_text(text, cut, multi_turn.tool_response_truncate_side)}
-            for text in texts
-        ]
+        texts = [truncate_text(r.text or "", cut, multi_turn.tool_response_truncate_side) for r in responses]
+        images = [list(r.image or []) for r in responses]
+        messages, delta, inputs = self._tool_turn(data, texts, images)
         data.messages.extend(messages)
         data.tool_turns += 1
-        data.append_context_tokens(self.context.message_delta.encode(messages, data.last_turn_ended_with_eos))
+        data.append_context_tokens(delta)
+        if inputs:
+            data.add_images([image for group in images for image in group], inputs)
         if len(data.response_ids) >= self.response_length:
             return self._end(data, "length")
         return AgentState.GENERATING
@@ -171,22 +193,39 @@ class ToolAgentLoop(AgentLoopBase):
             return self._end(data, "length")
         return AgentState.GENERATING
 
+    def _tool_turn(
+        self, data: AgentData, texts: list[str], images: list[list[Any]]
+    ) -> tuple[list[dict[str, Any]], list[int], dict[str, Any]]:
+        """(messages, token delta, new images' processor outputs) of one tool turn; its images are dropped when
+        the delta would overflow the response budget (the episode ends there, a cut pad block could not train)."""
+        encode = self.context.message_delta.encode
+        text_only = [tool_message(text, 0) for text in texts]
+        if not any(images):
+            return text_only, encode(text_only, data.last_turn_ended_with_eos), {}
+        messages = [tool_message(text, len(group)) for text, group in zip(texts, images)]
+        flat = [image for group in images for image in group]
+        delta, inputs = expand_tool_images(
+            self.context.processor, encode(messages, data.last_turn_ended_with_eos), flat
+        )
+        if len(data.response_ids) + len(delta) > self.response_length:
+            return text_only, encode(text_only, data.last_turn_ended_with_eos), {}
+        return messages, delta, inputs
+
     @staticmethod
     def _end(data: AgentData, reason: EpisodeEnd) -> AgentState:
         data.finish_reason = reason
         return AgentState.TERMINATED
 
     # ---- tools and interactions -----------------------------------------------------------------------------
-    async def _call_tool(self, data: AgentData, call: FunctionCall) -> str:
-        """Run one call and return the text for the conversation; failures become error text, never raise."""
+    async def _call_tool(self, data: AgentData, call: FunctionCall) -> ToolResponse:
+        """Run one call and return its response for the conversation; failures become error text, never raise.
+        Without a processor (a text-only model) a tool's images and videos are dropped with a warning."""
         tool = self.tools.get(call.name)
         if tool is None:
-            data.metrics.num_failed_tool_calls += 1
-            return f"{TOOL_ERROR_PREFIX}unknown tool {call.name!r}; available tools: {sorted(self.tools)}"
+            return self._failed(data, f"unknown tool {call.name!r}; available tools: {sorted(self.tools)}")
         missing = tool.missing_arguments(call.arguments)
         if missing:
-            data.metrics.num_failed_tool_calls += 1
-            return f"{TOOL_ERROR_PREFIX}{call.name} is missing required arguments {missing}"
+            return self._failed(data, f"{call.name} is missing required arguments {missing}")
         execute_kwargs = data.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
         instance_id = data.tool_instances[call.name]
         try:
@@ -194,16 +233,25 @@ class ToolAgentLoop(AgentLoopBase):
                 tool.execute(instance_id, call.arguments, **execute_kwargs), tool.config.timeout
             )
         except TimeoutError:
-            data.metrics.num_failed_tool_calls += 1
-            return f"{TOOL_ERROR_PREFIX}{call.name} timed out after {tool.config.timeout:g} seconds"
+            return self._failed(data, f"{call.name} timed out after {tool.config.timeout:g} seconds")
         except Exception as error:  # a tool's bug must not end the batch: the model sees the error instead
             logger.warning("tool %s raised on arguments %s: %r", call.name, call.arguments, error)
-            data.metrics.num_failed_tool_calls += 1
-            return f"{TOOL_ERROR_PREFIX}{error}"
-        if response.image or response.video:
-            logger.warning("tool %s returned images or videos; agent loops are text-only: dropped", call.name)
+            return self._failed(data, str(error))
         data.tool_rewards.append(float(reward))
-        return response.text or ""
+        if response.video:
+            logger.warning("tool %s returned videos; tool responses carry text and images only: dropped", call.name)
+        if response.image and self.context.processor is None:
+            logger.warning("tool %s returned images, but the model has no processor (text only): dropped", call.name)
+            return ToolResponse(text=response.text)
+        try:
+            return ToolResponse(text=response.text, image=tool_images(response.image, call.name))
+        except ValueError as error:
+            return self._failed(data, str(error))
+
+    @staticmethod
+    def _failed(data: AgentData, reason: str) -> ToolResponse:
+        data.metrics.num_failed_tool_calls += 1
+        return ToolResponse(text=f"{TOOL_ERROR_PREFIX}{reason}")
 
     async def _start_interaction(self, data: AgentData) -> None:
         kwargs = dict(self.interaction_kwargs)

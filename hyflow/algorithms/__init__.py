@@ -4,7 +4,7 @@
   (`advantages.py`: GAE, REINFORCE++, ReMax; `group_advantages.py`: GRPO, RLOO, REINFORCE++-baseline, OPO, GPG,
   GRPO pass@k)
 - policy losses, registered by name: `get_policy_loss_fn("vanilla")`, `@register_policy_loss("my_loss")`
-  (`policy_losses.py`: vanilla PPO with clip-higher and dual-clip, GSPO, GPG, CISPO, REINFORCE with truncated IS
+  (`policy_losses.py`: vanilla PPO with clip-higher and dual-clip, GSPO, GPG, CISPO, DRO, REINFORCE with truncated IS
   weights for rollout correction's bypass mode; `covariance_losses.py`:
   Clip-Cov, KL-Cov)
 - PF-PPO's resampling by reward (`pf_ppo.py`: `pf_ppo_sample_indices`)
@@ -42,6 +42,7 @@ from hyflow.algorithms.logits import entropy_from_logits, log_probs_from_logits
 from hyflow.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
 from hyflow.algorithms.policy_losses import (
     compute_policy_loss_cispo,
+    compute_policy_loss_dro,
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
     compute_policy_loss_reinforce_is,
@@ -76,6 +77,7 @@ __all__ = [
     "compute_opo_outcome_advantage",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dro",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_kl_cov",

@@ -109,7 +109,8 @@ def compute_reinforce_plus_plus_outcome_advantage(
 
         G_t = r_t + γ·G_{t+1}   (over model tokens, masked positions skipped),    A = whiten(G) · mask
 
-    `returns` is G itself. Keyword arguments used: `gamma` (read from `config.gamma` when not given).
+    `returns` is G on model tokens and 0 elsewhere. Keyword arguments used: `gamma` (read from `config.gamma`
+    when not given).
     """
     gamma = _setting(gamma, config, "gamma")
     with torch.no_grad():
@@ -119,7 +120,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
         returns = torch.zeros_like(rewards)
         for t in reversed(range(rewards.shape[-1])):
             running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
-            returns[:, t] = running
+            returns[:, t] = running * valid[:, t]  # masked positions (tool output, padding) carry no return
         advantages = masked_whiten(returns, response_mask) * valid
     return advantages, returns
 

@@ -7,7 +7,7 @@ Shape legend: B = batch, T = response length; `old_log_prob`, `log_prob`, `advan
 
 `config` is any object with the actor's attributes (`clip_ratio`, `clip_ratio_low`, `clip_ratio_high`,
 `clip_ratio_c`, and a `policy_loss` sub-object with the loss-specific knobs); `None` clip bounds fall back to
-`clip_ratio`. Keyword arguments: `global_num_tokens`, `global_batch_size`, `loss_scale_factor`, `dp_size` are
+`clip_ratio`. Keyword arguments: `batch_num_tokens`, `global_batch_size`, `loss_scale_factor`, `dp_size` are
 forwarded to `agg_loss`; `rollout_is_weights` (B, T), when given, multiplies the per-token loss (a correction for
 the rollout engine's sampling distribution); anything else (`rollout_log_probs`, `token_level_rewards`, ...) is
 available to custom losses and ignored here. Metrics are detached tensors (no host sync), with verl's names.
@@ -34,6 +34,7 @@ __all__ = [
     "clamp_log_ratio",
     "clip_bounds",
     "compute_policy_loss_cispo",
+    "compute_policy_loss_dro",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_reinforce_is",
@@ -43,7 +44,7 @@ __all__ = [
     "surrogate_terms",
 ]
 
-_AGG_KWARGS = ("global_num_tokens", "global_batch_size", "loss_scale_factor", "dp_size")
+_AGG_KWARGS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
 
 
 def aggregate_token_losses(
@@ -226,6 +227,38 @@ def compute_policy_loss_cispo(
     weight = torch.clamp(ratio, 1 - eps_low, 1 + eps_high).detach()
     pg_losses = -weight * advantages * log_prob
     metrics = policy_loss_metrics(response_mask, -log_ratio, clipped=ratio != weight, clipped_lower=ratio < 1 - eps_low)
+    return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
+
+
+@register_policy_loss("dro")
+def compute_policy_loss_dro(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """DRO, Direct Reward Optimisation (Richemond et al. 2024, arXiv:2405.19107): a policy gradient with a
+    quadratic penalty on the log-ratio instead of a clip.
+
+        L_it = −(A_it · log π_it − ½ β · (log π_it − log π_old,it)²),    β = `policy_loss.dro_beta` > 0
+
+    Metrics: `ppo_kl`; clip fractions 0 (nothing is clipped).
+
+    Raises:
+        ValueError: `dro_beta` is unset or not positive.
+    """
+    beta = config_value(config, "policy_loss.dro_beta")
+    if beta is None or beta <= 0:
+        raise ValueError(
+            f"actor_rollout_ref.actor.policy_loss.dro_beta={beta!r}: loss_mode=dro needs a positive β "
+            "(the weight of the squared log-ratio penalty), e.g. dro_beta=0.05."
+        )
+    log_ratio = log_prob - old_log_prob
+    pg_losses = -(log_prob * advantages - 0.5 * beta * log_ratio.square())
+    metrics = policy_loss_metrics(response_mask, -log_ratio)
     return aggregate_token_losses(pg_losses, response_mask, loss_agg_mode, kwargs), metrics
 
 

@@ -5,11 +5,9 @@ Shapes: `vpreds`, `returns`, `values`, `response_mask` are (B, T).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from hyflow.algorithms.aggregation import agg_loss
+from hyflow.algorithms.aggregation import Count, agg_loss
 from hyflow.algorithms.masked import masked_mean
 
 __all__ = ["compute_value_loss"]
@@ -22,7 +20,10 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
-    **agg_kwargs: Any,
+    dp_size: int = 1,
+    batch_num_tokens: Count | None = None,
+    global_batch_size: Count | None = None,
+    loss_scale_factor: Count | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss; returns `(vf_loss, vf_clipfrac)`.
 
@@ -30,12 +31,21 @@ def compute_value_loss(
         L_t = ½ · max((V_new − R)², (V_clip − R)²),  aggregated with `agg_loss`
 
     `values` are V_old (the values computed before the update), `returns` the GAE targets, `c` =
-    `cliprange_value`. `vf_clipfrac` is the fraction of tokens where the clipped term is the larger. Extra keyword
-    arguments (`global_num_tokens`, `global_batch_size`, `loss_scale_factor`, `dp_size`) go to `agg_loss`.
+    `cliprange_value`. `vf_clipfrac` is the fraction of tokens where the clipped term is the larger. The global
+    counts (`dp_size`, `batch_num_tokens`, `global_batch_size`, `loss_scale_factor`, in verl 0.9's order) go to
+    `agg_loss`, so micro-batch losses add up to the mini-batch's.
     """
     vpreds_clipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
     unclipped = (vpreds - returns) ** 2
     clipped = (vpreds_clipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(torch.maximum(unclipped, clipped), response_mask, loss_agg_mode, **agg_kwargs)
+    vf_loss = 0.5 * agg_loss(
+        torch.maximum(unclipped, clipped),
+        response_mask,
+        loss_agg_mode,
+        dp_size=dp_size,
+        batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size,
+        loss_scale_factor=loss_scale_factor,
+    )
     vf_clipfrac = masked_mean((clipped > unclipped).float(), response_mask).detach()
     return vf_loss, vf_clipfrac

@@ -12,7 +12,7 @@ from typing import Literal
 
 from hyflow.config.common import CheckpointConfig, FSDPConfig, ModelConfig, OptimConfig, derived, inherit
 
-LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLLossType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 Strategy = Literal["fsdp", "fsdp2"]  # both mean FSDP2 (`fully_shard`) in hyflow
 
@@ -21,12 +21,13 @@ Strategy = Literal["fsdp", "fsdp2"]  # both mean FSDP2 (`fully_shard`) in hyflow
 class PolicyLossConfig:
     """Which policy loss (`hyflow.algorithms.get_policy_loss_fn(loss_mode)`) and the knobs of the variants."""
 
-    loss_mode: str = "vanilla"  # vanilla, gspo, gpg, cispo, clip_cov, kl_cov, or a registered name
+    loss_mode: str = "vanilla"  # vanilla, gspo, gpg, cispo, dro, clip_cov, kl_cov, or a registered name
     clip_cov_ratio: float = 0.0002
     clip_cov_lb: float = 1.0
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    dro_beta: float | None = None  # loss_mode=dro: weight of the squared log-ratio penalty (required there)
     # Batch fields (names from hyflow/fields.py, e.g. token_level_rewards) passed to the loss as keyword arguments.
     extra_batch_keys: list[str] = field(default_factory=list)
 
@@ -45,6 +46,7 @@ class ActorConfig:
     use_dynamic_bsz: bool = False  # cut micro-batches by token budget instead of by count
     ppo_max_token_len_per_gpu: int = 16384
     ppo_epochs: int = 1
+    rollout_n: int | None = inherit("actor_rollout_ref.rollout.n")  # samples per prompt (verl's copy of rollout.n)
     shuffle: bool = False
     # whether to run the old-log-prob pass before the update: auto skips it when each batch gets exactly one
     # optimizer step and nothing else reads old_log_probs (the update takes them from its own forward); true always
@@ -137,6 +139,7 @@ class RolloutConfig:
     num_scheduler_steps: int = 8  # decode steps per host round trip (multi-step decode); 1: one per token
     async_scheduling: bool = True  # queue the next decode window before reading the current one (host overlaps device)
     free_cache_engine: bool = True  # free the KV cache while training
+    partial_rollout_kv: Literal["recompute", "keep"] = "recompute"  # weights loaded mid-request: re-prefill or keep KV
     update_weights_bucket_megabytes: int = 512  # weight sync: the FSDP2 shards gathered this many MB at a time
     tensor_model_parallel_size: int = 1
     calculate_log_probs: bool = False  # return the engine's log-probs as `rollout_log_probs`

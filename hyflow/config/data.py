@@ -39,6 +39,6 @@ class DataConfig:
     val_max_samples: int = -1
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     image_key: str = "images"  # column of each row's images (verl's multimodal schema)
-    video_key: str = "videos"  # column of each row's videos (not supported yet: a row with videos is refused)
+    video_key: str = "videos"  # column of each row's videos: lists of frames or GIF / animated WebP files
     min_pixels: int | None = None  # fewest pixels per image after the processor's resize; None: the processor's own
     max_pixels: int | None = None  # most pixels per image after the processor's resize; None: the processor's own

@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from hyflow.config.ppo_trainer import PPOTrainerConfig
-from hyflow.models.folders import check_local_model_folder
+from hyflow.models.folders import check_local_model_folder, check_local_tokenizer_folder
 
 _ROLLOUT = "actor_rollout_ref.rollout"
 _PATH_NAMES = ("tokenizer", "input_tokenizer")
@@ -79,8 +79,9 @@ def _model_problems(config: PPOTrainerConfig) -> list[str]:
     for key, path in folders:
         if path is None:
             continue
+        check = check_local_tokenizer_folder if "tokenizer" in key else check_local_model_folder
         try:
-            check_local_model_folder(path, key)
+            check(path, key)
         except ValueError as err:
             problems.append(str(err))
     return problems

@@ -47,7 +47,7 @@ class SFTDataConfig:
     val_max_samples: int = -1
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     image_key: str = "images"  # vision-language models: each row's images (verl's schema, "<image>" in messages)
-    video_key: str = "videos"  # not supported yet: a row with videos is refused
+    video_key: str = "videos"  # column of each row's videos (see hyflow.data.video)
 
 
 @dataclass

@@ -101,7 +101,6 @@ IGNORED: dict[str, str] = {
     "actor_rollout_ref.rollout.seed": _SEED,
     "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode": "a debugging check of verl's "
     "tokenizer; hyflow builds multi-turn token ids by construction",
-    "actor_rollout_ref.actor.rollout_n": "verl's copy of actor_rollout_ref.rollout.n",
     "actor_rollout_ref.ref.rollout_n": "verl's copy of actor_rollout_ref.rollout.n",
     "actor_rollout_ref.actor.calculate_entropy": "hyflow computes the entropy itself where the loss or a metric "
     "needs it",
@@ -164,7 +163,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.optim.override_optimizer_config": "extra optimizer options (Megatron's distributed optimizer)",
     "actor_rollout_ref.actor.tau_pos": "the SAPO policy loss",
     "actor_rollout_ref.actor.tau_neg": "the SAPO policy loss",
-    "actor_rollout_ref.actor.policy_loss.dro_beta": "the DRO policy loss",
     "actor_rollout_ref.actor.calculate_sum_pi_squared": "the sum-of-squared-probabilities statistic",
     "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "the sum-of-squared-probabilities statistic",
     "actor_rollout_ref.actor.use_prefix_grouper": "prefix-grouped forward passes",

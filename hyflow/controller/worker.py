@@ -145,12 +145,17 @@ class Worker:
             torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
         env = self._dist_env
         logger.info("rank %d/%d joins %s at %s:%d", env.rank, env.world_size, backend, env.master_addr, env.master_port)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if env.world_size == 1:
+            # A world of one needs no rendezvous: an in-process store cannot lose its port to another process.
+            dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+            return
         dist.init_process_group(
             backend=backend,
             init_method=f"tcp://{env.master_addr}:{env.master_port}",
             rank=env.rank,
             world_size=env.world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            timeout=timeout,
         )
 
     # ---- nd-compute dispatch: this worker's place in each named device mesh ----

@@ -13,7 +13,8 @@ Shapes of one item: input_ids, attention_mask, position_ids are (P,) with P = `m
 With a `processor` (a vision-language model's, `hyflow.models.processor.load_processor`), rows may carry images
 (`data.image_key`, verl's schema, see `hyflow.data.multimodal`): the prompt ids then hold each image's pad tokens
 (so `max_prompt_length` counts them), position_ids are Qwen2-VL's M-RoPE rows (3, P), and each item adds
-`multi_modal_data` ({"image": [PIL images]}) and `multi_modal_inputs` (pixel_values, image_grid_thw).
+`multi_modal_data` ({"image": [PIL images]}, plus "video": [[frames]] with `data.video_key`) and
+`multi_modal_inputs` (pixel_values, image_grid_thw; pixel_values_videos, video_grid_thw).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from torch.utils.data import Dataset
 
 from hyflow import fields as F
 from hyflow.config.data import DataConfig
-from hyflow.data.multimodal import mrope_position_ids, process_prompt, row_images, to_content_parts
+from hyflow.data.multimodal import process_prompt, row_images, row_position_ids, to_content_parts
 from hyflow.data.schema import RowError, check_row, row_tools
 from hyflow.data.utf8 import invalid_utf8_in_table, read_jsonl_rows
+from hyflow.data.video import row_videos
 
 logger = logging.getLogger(__name__)
 
@@ -177,11 +179,14 @@ class RLHFDataset(Dataset):
     def _multimodal_prompt(self, row: dict[str, Any], source: str, index: int) -> tuple[list[int], dict, dict]:
         """(ids, multi_modal_data, multi_modal_inputs) of a row through the processor; decodes its images."""
         error = RowError(source, index)
-        images = row_images(row, self.config.image_key, self.config.video_key, error)
-        messages = to_content_parts(row[self.config.prompt_key], len(images), error, self.config.prompt_key)
-        text = self.render_prompt({**row, self.config.prompt_key: messages}, source, index)
-        ids, multi_modal_inputs = process_prompt(self.processor, text, images)
-        return ids, {"image": images}, multi_modal_inputs
+        images = row_images(row, self.config.image_key, error)
+        videos = row_videos(row, self.config.video_key, error)
+        key = self.config.prompt_key
+        messages = to_content_parts(row[key], len(images), error, key, len(videos))
+        text = self.render_prompt({**row, key: messages}, source, index)
+        ids, multi_modal_inputs = process_prompt(self.processor, text, images, videos)
+        multi_modal_data = {"image": images, **({"video": videos} if videos else {})}
+        return ids, multi_modal_data, multi_modal_inputs
 
     def _tokenize_prompt(self, row: dict[str, Any], path: str, index: int) -> list[int]:
         if self.processor is not None:
@@ -233,10 +238,6 @@ class RLHFDataset(Dataset):
         _, multi_modal_data, multi_modal_inputs = self._multimodal_prompt(row, "dataset", item)
         sample[F.MULTI_MODAL_DATA] = multi_modal_data
         sample[F.MULTI_MODAL_INPUTS] = multi_modal_inputs
-        sample[F.POSITION_IDS] = mrope_position_ids(
-            sample[F.INPUT_IDS],
-            sample[F.ATTENTION_MASK],
-            multi_modal_inputs.get("image_grid_thw"),
-            self.processor.image_token_id,
-            self.processor.image_processor.merge_size,
+        sample[F.POSITION_IDS] = row_position_ids(
+            self.processor, sample[F.INPUT_IDS], sample[F.ATTENTION_MASK], multi_modal_inputs
         )

@@ -10,14 +10,16 @@ for generation) and `multi_modal_inputs` ({"pixel_values": (N_patches, C*T*P*P),
 for the training forward), plus the prompt's token ids with each image expanded to its pad tokens (so length
 limits count image tokens). `mrope_position_ids` is Qwen2-VL's 3-row rotary index (temporal, height, width).
 
-Videos (`data.video_key`) need a video processor, which transformers builds only with torchvision; they are not
-supported yet and a row that has them is refused with that reason.
+Videos (`data.video_key`, decoded in `hyflow.data.video`) work alike: one "<video>" per video, their pad tokens
+expanded, `pixel_values_videos` / `video_grid_thw` beside the image inputs, and their blocks in the M-RoPE index
+(Qwen2-VL's: the temporal row counts temporal patches).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import re
 from typing import Any
 
 import torch
@@ -51,48 +53,85 @@ def decode_image(item: Any, error: RowError, column: str, position: int) -> Imag
     return image.convert("RGB")
 
 
-def row_images(row: dict[str, Any], image_key: str, video_key: str, error: RowError) -> list[Image.Image]:
-    """The row's images, decoded; a row with videos is refused (not supported yet, see the module docstring)."""
-    if row.get(video_key):
-        raise error(video_key, "video inputs are not supported by hyflow yet", "Remove the column or its entries.")
-    items = row.get(image_key) or []
+def row_images(row: dict[str, Any], image_key: str, error: RowError) -> list[Image.Image]:
+    """The row's images, decoded ([] when it has none)."""
+    items = row.get(image_key)
+    items = [] if items is None else items
     if not isinstance(items, (list, tuple)):
         raise error(image_key, f"expected a list of images, got {type(items).__name__}", "Store a list per row.")
     return [decode_image(item, error, image_key, i) for i, item in enumerate(items)]
 
 
-def to_content_parts(messages: list[dict[str, Any]], num_images: int, error: RowError, column: str) -> list[dict]:
-    """Messages with "<image>" in string content rewritten as content parts, as multimodal chat templates expect:
-    "<image>How many?" -> [{"type": "image"}, {"type": "text", "text": "How many?"}]."""
-    converted, found = [], 0
+_PLACEHOLDERS = {IMAGE_PLACEHOLDER: "image", VIDEO_PLACEHOLDER: "video"}
+_PLACEHOLDER_SPLIT = re.compile(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})")
+
+
+def text_to_parts(text: str) -> list[dict[str, Any]]:
+    """ "<image>How many?" -> [{"type": "image"}, {"type": "text", "text": "How many?"}] (and "<video>" alike)."""
+    parts: list[dict[str, Any]] = []
+    for piece in _PLACEHOLDER_SPLIT.split(text):
+        if piece in _PLACEHOLDERS:
+            parts.append({"type": _PLACEHOLDERS[piece]})
+        elif piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def to_content_parts(
+    messages: list[dict[str, Any]], num_images: int, error: RowError, column: str, num_videos: int = 0
+) -> list[dict]:
+    """Messages with "<image>" / "<video>" in string content rewritten as content parts, as multimodal chat
+    templates expect; the placeholder counts must match the row's images and videos."""
+    converted, found = [], {"image": 0, "video": 0}
     for message in messages:
         content = message.get("content")
-        if not isinstance(content, str) or IMAGE_PLACEHOLDER not in content:
+        if not isinstance(content, str) or not _PLACEHOLDER_SPLIT.search(content):
             converted.append(message)
             continue
-        parts: list[dict[str, Any]] = []
-        for i, text in enumerate(content.split(IMAGE_PLACEHOLDER)):
-            if i > 0:
-                parts.append({"type": "image"})
-                found += 1
-            if text:
-                parts.append({"type": "text", "text": text})
+        parts = text_to_parts(content)
+        for part in parts:
+            found[part["type"]] = found.get(part["type"], 0) + 1
         converted.append({**message, "content": parts})
-    if found != num_images:
-        raise error(
-            column,
-            f"the prompt has {found} {IMAGE_PLACEHOLDER!r} placeholder(s) but the row has {num_images} image(s)",
-            f"Put exactly one {IMAGE_PLACEHOLDER} in the message text per image, in order.",
-        )
+    for kind, placeholder, expected in (
+        ("image", IMAGE_PLACEHOLDER, num_images),
+        ("video", VIDEO_PLACEHOLDER, num_videos),
+    ):
+        if found[kind] != expected:
+            raise error(
+                column,
+                f"the prompt has {found[kind]} {placeholder!r} placeholder(s) but the row has {expected} {kind}(s)",
+                f"Put exactly one {placeholder} in the message text per {kind}, in order.",
+            )
     return converted
 
 
-def process_prompt(processor: Any, text: str, images: list[Image.Image]) -> tuple[list[int], dict[str, torch.Tensor]]:
-    """(prompt ids with each image's pad tokens expanded, multi_modal_inputs) of one chat-templated prompt."""
-    inputs = processor(text=[text], images=images or None, return_tensors="pt")
-    ids = inputs["input_ids"][0].tolist()
-    multi_modal_inputs = {key: inputs[key] for key in ("pixel_values", "image_grid_thw") if key in inputs}
-    return ids, multi_modal_inputs
+def process_prompt(
+    processor: Any, text: str, images: list[Image.Image], videos: list[list[Image.Image]] | None = None
+) -> tuple[list[int], dict[str, torch.Tensor]]:
+    """(prompt ids with each image's and video's pad tokens expanded, multi_modal_inputs) of one chat-templated
+    prompt: the text tokenized as is, then each single pad token repeated as the processor would expand it."""
+    from hyflow.data.video import video_features
+
+    ids = list(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
+    multi_modal_inputs = {**image_features(processor, images), **video_features(processor, videos or [])}
+    return expand_vision_pads(processor, ids, [1] * len(ids), multi_modal_inputs)[0], multi_modal_inputs
+
+
+def expand_vision_pads(
+    processor: Any, ids: list[int], mask: list[int], multi_modal_inputs: dict[str, torch.Tensor]
+) -> tuple[list[int], list[int]]:
+    """`expand_image_pads` for the images and then the videos of `multi_modal_inputs`."""
+    merge = merge_size(processor)
+    ids, mask = expand_image_pads(ids, mask, multi_modal_inputs.get("image_grid_thw"), processor.image_token_id, merge)
+    if "video_grid_thw" in multi_modal_inputs:
+        grid = multi_modal_inputs["video_grid_thw"]
+        ids, mask = expand_image_pads(ids, mask, grid, processor.video_token_id, merge)
+    return ids, mask
+
+
+def merge_size(processor: Any) -> int:
+    """Patches merged per side into one language-model token (Qwen2-VL: 2)."""
+    return processor.image_processor.merge_size
 
 
 def image_features(processor: Any, images: list[Image.Image]) -> dict[str, torch.Tensor]:
@@ -124,36 +163,56 @@ def mrope_position_ids(
     image_grid_thw: torch.Tensor | None,
     image_token_id: int,
     spatial_merge_size: int,
+    video_grid_thw: torch.Tensor | None = None,
+    video_token_id: int | None = None,
 ) -> torch.Tensor:
-    """Qwen2-VL's multimodal rotary positions (3, T) of one row (T tokens, left padding allowed).
+    """Qwen2-VL's multimodal rotary positions (3, T) of one row (T tokens, any padding side).
 
-    Text tokens count up on all three rows alike. The k-th image's block of t·(h/m)·(w/m) pad tokens (grid t, h, w
-    of patches, merge size m) gets (start + t_i, start + h_i, start + w_i) for each merged patch in raster order,
-    where start is the position after the preceding text; the text after the image resumes at 1 + the block's
-    largest position. Padding positions are 0 (as transformers' `get_rope_index` writes them).
+    Text tokens count up on all three rows alike. The k-th image's (or video's) block of t·(h/m)·(w/m) pad tokens
+    (grid t, h, w of patches, merge size m) gets (start + t_i, start + h_i, start + w_i) for each merged patch in
+    raster order (temporal patches outermost), where start is the position after the preceding text; the text
+    after the block resumes at start + max(h, w)/m, whatever t is (as transformers' `get_rope_index` computes it, so
+    training and `transformers.generate` agree; for an image that is 1 + the block's largest position). Padding
+    positions are 0.
     """
     positions = torch.zeros(3, input_ids.shape[0], dtype=torch.long)
     real = attention_mask.bool()
     ids = input_ids[real].tolist()
-    grids = iter(image_grid_thw.tolist() if image_grid_thw is not None else [])
+    grids = {image_token_id: iter([] if image_grid_thw is None else image_grid_thw.tolist())}
+    if video_token_id is not None:
+        grids[video_token_id] = iter([] if video_grid_thw is None else video_grid_thw.tolist())
     out: list[torch.Tensor] = []
     next_pos, i = 0, 0
     while i < len(ids):
-        if ids[i] != image_token_id:
+        if ids[i] not in grids:
             j = i
-            while j < len(ids) and ids[j] != image_token_id:
+            while j < len(ids) and ids[j] not in grids:
                 j += 1
             out.append(torch.arange(next_pos, next_pos + j - i).expand(3, -1))
             next_pos += j - i
             i = j
             continue
-        t, h, w = next(grids)
+        t, h, w = next(grids[ids[i]])
         h, w = h // spatial_merge_size, w // spatial_merge_size
         grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
-        block = grid.reshape(3, -1) + next_pos
-        out.append(block)
-        next_pos = int(block.max()) + 1
+        out.append(grid.reshape(3, -1) + next_pos)
+        next_pos += max(h, w)
         i += t * h * w
     if out:
         positions[:, real] = torch.cat(out, dim=1)
     return positions
+
+
+def row_position_ids(
+    processor: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, multi_modal_inputs: dict[str, Any]
+) -> torch.Tensor:
+    """`mrope_position_ids` of one row with the processor's token ids and its images' and videos' grids."""
+    return mrope_position_ids(
+        input_ids,
+        attention_mask,
+        multi_modal_inputs.get("image_grid_thw"),
+        processor.image_token_id,
+        merge_size(processor),
+        multi_modal_inputs.get("video_grid_thw"),
+        getattr(processor, "video_token_id", None),
+    )

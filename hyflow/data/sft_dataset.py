@@ -40,8 +40,15 @@ from torch.utils.data import Dataset
 from hyflow import fields as F
 from hyflow.config.sft import SFTDataConfig
 from hyflow.data.dataset import read_rows
-from hyflow.data.multimodal import expand_image_pads, image_features, mrope_position_ids, row_images, to_content_parts
+from hyflow.data.multimodal import (
+    expand_vision_pads,
+    image_features,
+    row_images,
+    row_position_ids,
+    to_content_parts,
+)
 from hyflow.data.schema import RowError, check_messages, row_tools
+from hyflow.data.video import row_videos, video_features
 
 logger = logging.getLogger(__name__)
 
@@ -173,14 +180,12 @@ class SFTDataset(Dataset):
         if self.processor is None:
             ids, mask = tokenize_conversation(self.tokenizer, messages, tools, config.apply_chat_template_kwargs, error)
             return ids, mask, {}
-        images = row_images(row, config.image_key, config.video_key, error)
-        messages = to_content_parts(messages, len(images), error, config.messages_key)
+        images = row_images(row, config.image_key, error)
+        videos = row_videos(row, config.video_key, error)
+        messages = to_content_parts(messages, len(images), error, config.messages_key, len(videos))
         ids, mask = tokenize_conversation(self.tokenizer, messages, tools, config.apply_chat_template_kwargs, error)
-        inputs = image_features(self.processor, images)
-        merge_size = self.processor.image_processor.merge_size
-        ids, mask = expand_image_pads(
-            ids, mask, inputs.get("image_grid_thw"), self.processor.image_token_id, merge_size
-        )
+        inputs = {**image_features(self.processor, images), **video_features(self.processor, videos)}
+        ids, mask = expand_vision_pads(self.processor, ids, mask, inputs)
         return ids, mask, inputs
 
     def _load_file(self, path: str) -> list[tuple[list[int], list[int], dict]]:
@@ -227,13 +232,7 @@ class SFTDataset(Dataset):
         if self.processor is not None:
             input_ids = sample[F.INPUT_IDS]
             sample[F.MULTI_MODAL_INPUTS] = inputs
-            sample[F.POSITION_IDS] = mrope_position_ids(
-                input_ids,
-                torch.ones_like(input_ids),
-                inputs.get("image_grid_thw"),
-                self.processor.image_token_id,
-                self.processor.image_processor.merge_size,
-            )
+            sample[F.POSITION_IDS] = row_position_ids(self.processor, input_ids, torch.ones_like(input_ids), inputs)
         return sample
 
 

@@ -8,6 +8,12 @@
 
 A caller that is cancelled (a client that disconnected, a timeout) aborts its request in the engine.
 
+Weights that change while requests run (a partial rollout; see LLMEngine.pause):
+
+    await engine.pause()                                 # at the step boundary; callers keep waiting
+    await engine.load_weights(named_tensors, policy_version=k + 1)
+    await engine.resume()                                # the waiting requests go on under the new weights
+
 The loop runs as an asyncio task on the caller's event loop; each forward step runs in a worker thread so the event
 loop stays free for tool calls and HTTP. Requests are added and aborted only between steps (on the loop), so the
 scheduler is never touched by two threads at once. The loop sleeps when there is nothing to do.
@@ -17,8 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+import torch
 
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.engine import LLMEngine
@@ -58,10 +67,15 @@ class AsyncLLMEngine:
         return self._step_lock
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None = None,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> RequestOutput:
-        """Generates for one prompt; returns when it finishes (or is aborted). Bad input raises ValueError."""
-        request_id = await self._add(prompt_token_ids, params, request_id)
+        """Generates for one prompt (with its images' processor outputs, see `LLMEngine.add_request`); returns when
+        it finishes (or is aborted). Bad input raises ValueError."""
+        request_id = await self._add(prompt_token_ids, params, request_id, multi_modal_inputs)
         future = asyncio.get_running_loop().create_future()
         self._futures[request_id] = future
         self._wakeup.set()
@@ -72,12 +86,16 @@ class AsyncLLMEngine:
             raise
 
     async def stream(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None = None,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Generates for one prompt, yielding its output so far after every step that added tokens (token ids and
         log-probs, no text, finish_reason None while running), and last the final output (with text). Closing the
         iterator early (or cancelling its reader) aborts the request."""
-        request_id = await self._add(prompt_token_ids, params, request_id)
+        request_id = await self._add(prompt_token_ids, params, request_id, multi_modal_inputs)
         stream = self._streams[request_id] = _Stream()
         self._wakeup.set()
         try:
@@ -95,7 +113,11 @@ class AsyncLLMEngine:
                 await self._abort_quietly(request_id)
 
     async def _add(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None, request_id: str | None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None,
+        request_id: str | None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> str:
         if self.engine.tp.size > 1:
             # Requests would reach the ranks of a TP group in different orders, so their schedulers would disagree.
@@ -108,7 +130,7 @@ class AsyncLLMEngine:
         if request_id is None:
             request_id, self._next_id = f"async-{self._next_id}", self._next_id + 1
         async with lock:  # never add while a step runs in the worker thread
-            return self.engine.add_request(prompt_token_ids, params, request_id)
+            return self.engine.add_request(prompt_token_ids, params, request_id, multi_modal_inputs)
 
     async def abort(self, request_id: str) -> None:
         """Ends a request now; its caller receives the partial output with finish_reason "abort"."""
@@ -146,7 +168,7 @@ class AsyncLLMEngine:
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
-            while self.engine.has_unfinished_requests():
+            while self.engine.has_unfinished_requests() and not self.engine.paused:
                 async with self._step_lock:
                     try:
                         finished = await asyncio.to_thread(self.engine.step)
@@ -171,6 +193,24 @@ class AsyncLLMEngine:
             stream.changed.set()
         self._futures.clear()
         self._streams.clear()
+
+    async def pause(self) -> None:
+        """Stops the step loop at the next step boundary (LLMEngine.pause): waiting callers keep waiting, new
+        requests queue up, aborts still answer with the partial output."""
+        async with self._ensure_loop():
+            await asyncio.to_thread(self.engine.pause)  # waits for the device to finish a batch queued ahead
+
+    async def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
+        """LLMEngine.load_weights between two steps, in a worker thread (the event loop keeps serving tool calls
+        meanwhile). Without `pause()` first the step loop waits for it and then goes on by itself."""
+        async with self._ensure_loop():
+            return await asyncio.to_thread(self.engine.load_weights, weights, policy_version)
+
+    async def resume(self) -> None:
+        """Restarts the step loop after `pause()`."""
+        async with self._ensure_loop():
+            self.engine.resume()
+        self._wakeup.set()
 
     async def sleep(self) -> None:
         """Frees the KV cache between steps (see LLMEngine.sleep)."""

@@ -1,13 +1,17 @@
 """Paged KV-cache bookkeeping: fixed-size blocks, per-sequence block tables, ref counts, and prefix sharing by hash.
 
 A full block is identified by the hash of its tokens chained with the hash of the block before it, so equal hashes
-mean equal prefixes (the token ids are compared too, against collisions). When a sequence is admitted, its leading
-full blocks are looked up: a hit shares the block (ref count + 1) and skips computing those tokens. The `n` samples
+mean equal prefixes (the token ids are compared too, against collisions). A block holding an image's pad tokens
+adds the image's hash to its tokens (`Sequence.block_key`, multimodal.py): equal ids, different pictures, no hit.
+When a sequence is admitted, its leading full blocks are looked up: a hit shares the block (ref count + 1) and
+skips computing those tokens. The `n` samples
 of one prompt are admitted in the same step and so share the prompt's blocks: the first writes them and, because
 every layer stores all new K/V before any attention reads, the others read them in the same forward.
 
 A freed block keeps its hash and content until it is handed out again (least recently freed first), so a prefix
-that comes back later is still found.
+that comes back later is still found. After a weight load every hash is forgotten (the K/V came from the old
+weights); blocks that running sequences keep (`partial_rollout_kv="keep"`) are marked STALE: never found, never
+hashed again, and they break the chain, so no block after them is found either.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from collections import OrderedDict
 from hyflow.engine.sequence import Sequence
 
 NO_HASH = -1
+STALE = -2  # K/V of weights loaded over since: a running sequence still reads them, no new one may share them
 
 
-def chain_hash(prefix_hash: int, tokens: list[int]) -> int:
+def chain_hash(prefix_hash: int, tokens: tuple[int, ...] | list[int]) -> int:
     return hash((prefix_hash, tuple(tokens)))
 
 
@@ -55,6 +60,16 @@ class BlockManager:
             block.hash, block.token_ids = NO_HASH, ()
         self.hash_to_block_id.clear()
 
+    def forget_prefixes(self, kept: list[Sequence]) -> None:
+        """After a weight load: no block is found by prefix any more; the blocks of the `kept` sequences (which
+        continue on their cached K/V) become STALE."""
+        self.hash_to_block_id.clear()
+        for block in self.blocks:
+            block.hash, block.token_ids = NO_HASH, ()
+        for seq in kept:
+            for block_id in seq.block_table:
+                self.blocks[block_id].hash = STALE
+
     def _take_free_block(self) -> Block:
         block_id, _ = self.free_block_ids.popitem(last=False)
         block = self.blocks[block_id]
@@ -63,12 +78,12 @@ class BlockManager:
         block.hash, block.token_ids, block.ref_count = NO_HASH, (), 1
         return block
 
-    def _register(self, block: Block, block_hash: int, tokens: list[int]) -> None:
+    def _register(self, block: Block, block_hash: int, tokens: tuple[int, ...]) -> None:
         block.hash, block.token_ids = block_hash, tuple(tokens)
         if self.enable_prefix_caching:
             self.hash_to_block_id[block_hash] = block.block_id
 
-    def _lookup(self, block_hash: int, tokens: list[int]) -> Block | None:
+    def _lookup(self, block_hash: int, tokens: tuple[int, ...]) -> Block | None:
         block_id = self.hash_to_block_id.get(block_hash)
         if block_id is None or self.blocks[block_id].token_ids != tuple(tokens):
             return None
@@ -84,17 +99,17 @@ class BlockManager:
         prefix_hash, cache_miss = NO_HASH, not self.enable_prefix_caching
         seq.num_computed_tokens = 0
         for index in range(seq.num_blocks(self.block_size)):
-            tokens = seq.block_tokens(index, self.block_size)
-            full = len(tokens) == self.block_size
-            block_hash = chain_hash(prefix_hash, tokens) if full else NO_HASH
+            full = (index + 1) * self.block_size <= len(seq)
+            key = seq.block_key(index, self.block_size) if full else ()  # token ids (+ image hashes)
+            block_hash = chain_hash(prefix_hash, key) if full else NO_HASH
             # Never take the block of the last token from the cache: its logits must be computed.
             is_last = (index + 1) * self.block_size >= len(seq)
-            hit = None if cache_miss or not full or is_last else self._lookup(block_hash, tokens)
+            hit = None if cache_miss or not full or is_last else self._lookup(block_hash, key)
             if hit is None:
                 cache_miss = True
                 block = self._take_free_block()
                 if full:
-                    self._register(block, block_hash, tokens)
+                    self._register(block, block_hash, key)
             else:
                 block = hit
                 if block.ref_count == 0:
@@ -141,12 +156,12 @@ class BlockManager:
         (a broken chain: the block cannot be found by prefix)."""
         block = self.blocks[seq.block_table[index]]
         if block.hash != NO_HASH:
-            return True
+            return block.hash != STALE
         prefix_hash = self.blocks[seq.block_table[index - 1]].hash if index > 0 else NO_HASH
-        if index > 0 and prefix_hash == NO_HASH:
+        if index > 0 and prefix_hash in (NO_HASH, STALE):
             return False
-        tokens = seq.block_tokens(index, self.block_size)
-        self._register(block, chain_hash(prefix_hash, tokens), tokens)
+        key = seq.block_key(index, self.block_size)
+        self._register(block, chain_hash(prefix_hash, key), key)
         return True
 
     def append_slot(self, seq: Sequence) -> None:

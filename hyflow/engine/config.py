@@ -86,6 +86,12 @@ class EngineConfig:
     tokens, so the host appends tokens, checks stops and prepares inputs while the device computes. Outputs are
     identical; a sequence that stops mid-window wastes its row of the next window. False: one window at a time.
 
+    `partial_rollout_kv`: what a weight load does to the KV cache of the sequences still running (a partial rollout,
+    see `LLMEngine.pause`): "recompute" re-prefills each one's prompt and tokens so far under the new weights, so
+    every later token is exactly what the new policy gives for that context; "keep" continues on the cached K/V of
+    the old weights (no re-prefill; later tokens attend to stale keys and values, so their log-probs match neither
+    policy's re-score exactly). Cached prefixes are forgotten either way.
+
     `tensor_parallel_size` > 1 splits the model over that many processes (one per device) of a torch.distributed
     group (parallel.py); every process of the group must make the same calls with the same requests (SPMD).
     """
@@ -106,6 +112,7 @@ class EngineConfig:
     async_scheduling: bool = True
     tensor_parallel_size: int = 1
     seed: int = 0
+    partial_rollout_kv: Literal["recompute", "keep"] = "recompute"
 
     def __post_init__(self) -> None:
         positive = [
@@ -124,6 +131,11 @@ class EngineConfig:
         dtypes = ["auto", "float32", "bfloat16", "float16"]
         if self.dtype not in dtypes:
             raise ValueError(f"engine dtype={self.dtype!r} is not one of {dtypes}")
+        if self.partial_rollout_kv not in ("recompute", "keep"):
+            raise ValueError(
+                f"engine partial_rollout_kv={self.partial_rollout_kv!r} is not one of ['recompute', 'keep'] "
+                "(what a weight load does to the KV cache of running sequences)"
+            )
 
     def check_model_len(self, model_max_positions: int) -> int:
         """The effective max_model_len, checked against the token budget; sets and returns it."""

@@ -11,6 +11,10 @@ A decode window (multi_step.py) replays a second kind of graph, one whole step (
 advance the inputs), K times in a row; it is keyed by the bucket and by the sampler's mode (top-k/top-p filtering,
 raw log-probs), and captured from neutral inputs (every row on the scratch block) because the step changes its own
 inputs.
+
+Image sequences (mrope.py) decode with their rotary positions shifted by a per-row offset: their batches replay
+graphs captured with the offset buffer added to the positions (the `mrope` flag of the keys); text batches replay
+graphs without it.
 """
 
 from __future__ import annotations
@@ -45,13 +49,14 @@ class DecodeGraphs:
         self.max_batch = min(config.cuda_graph_max_batch, config.max_num_seqs)
         self.ladder = batch_size_ladder(self.max_batch)
         self.max_blocks = -(-config.max_model_len // config.block_size)
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.window_graphs: dict[tuple[int, int, bool, bool], torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple[int, int, bool], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.window_graphs: dict[tuple[int, int, bool, bool, bool], torch.cuda.CUDAGraph] = {}
         self.pool = None
         self.num_captures = 0  # graphs captured so far (a diagnostic: recaptures cost time)
         long, batch = torch.long, self.max_batch
         self.input_ids = torch.zeros(batch, dtype=long, device=device)
         self.positions = torch.zeros(batch, dtype=long, device=device)
+        self.rope_offsets = torch.zeros(batch, dtype=long, device=device)  # image rows' rotary shift (mrope.py)
         self.slot_mapping = torch.zeros(batch, dtype=long, device=device)
         self.block_tables = torch.zeros(batch, self.max_blocks, dtype=long, device=device)
         self.arange = torch.arange(batch, dtype=long, device=device)
@@ -116,36 +121,50 @@ class DecodeGraphs:
         self.num_captures += 1
         return graph, out
 
-    def _capture(self, batch: int, num_blocks: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    def _capture(self, batch: int, num_blocks: int, mrope: bool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         logger.info("capturing a CUDA graph for decode batch %d x %d blocks", batch, num_blocks)
         meta = self._meta(batch, num_blocks)
-        ids, positions = self.input_ids[:batch], self.positions[:batch]
-        return self._record(lambda: self.forward(ids, positions, meta))
+        ids, positions, offsets = self.input_ids[:batch], self.positions[:batch], self.rope_offsets[:batch]
+        return self._record(lambda: self.forward(ids, positions + offsets if mrope else positions, meta))
 
     def _pad_inputs(self, batch: int, padded_batch: int, padded_blocks: int) -> None:
         """Rows batch..padded_batch (and block-table columns past each row's blocks) point at the scratch block."""
         scratch = self.kv_cache.scratch_block
         self.input_ids[batch:padded_batch].zero_()
         self.positions[batch:padded_batch].zero_()
+        self.rope_offsets[batch:padded_batch].zero_()
         self.slot_mapping[batch:padded_batch].fill_(scratch * self.block_size)
         self.block_tables[:padded_batch, :padded_blocks].fill_(scratch)
 
     def _load_inputs(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata, padded: tuple[int, int]
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        padded: tuple[int, int],
+        rope_offsets: torch.Tensor | None = None,
     ) -> None:
         """Copies a decode step's inputs into the static buffers, padded up to the bucket."""
         batch, num_blocks = meta.block_tables.shape
         self._pad_inputs(batch, *padded)
         self.input_ids[:batch].copy_(input_ids)
         self.positions[:batch].copy_(positions)
+        if rope_offsets is not None:
+            self.rope_offsets[:batch].copy_(rope_offsets)
         self.slot_mapping[:batch].copy_(meta.slot_mapping)
         self.block_tables[:batch, :num_blocks].copy_(meta.block_tables)
 
-    def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """Logits (B, V) of one decode step, through the graph of its bucket."""
+    def replay(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        rope_offsets: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, V) of one decode step, through the graph of its bucket (`rope_offsets`: image rows' shift)."""
         batch, num_blocks = meta.block_tables.shape
-        key = self._bucket(batch, num_blocks)
-        self._load_inputs(input_ids, positions, meta, key)
+        key = (*self._bucket(batch, num_blocks), rope_offsets is not None)
+        self._load_inputs(input_ids, positions, meta, key[:2], rope_offsets)
         if key not in self.graphs:
             self.graphs[key] = self._capture(*key)
         graph, logits = self.graphs[key]
@@ -153,7 +172,9 @@ class DecodeGraphs:
         return logits[:batch]
 
     # ---- decode windows -------------------------------------------------------------------------------------
-    def _window_state(self, batch: int, num_blocks: int, need_filter: bool, need_raw: bool) -> DecodeState:
+    def _window_state(
+        self, batch: int, num_blocks: int, need_filter: bool, need_raw: bool, mrope: bool = False
+    ) -> DecodeState:
         """The static DecodeState of one bucket: views of the buffers."""
         sampling = SamplingTensors(
             temperatures=self.temperatures[:batch],
@@ -176,6 +197,7 @@ class DecodeGraphs:
             log_probs=self.out_log_probs[:batch],
             raw_log_probs=self.out_raw_log_probs[:batch] if need_raw else None,
             rows=self.arange[:batch],
+            rope_offsets=self.rope_offsets[:batch] if mrope else None,
         )
 
     def _pad_sampling(self, batch: int, padded_batch: int) -> None:
@@ -205,12 +227,12 @@ class DecodeGraphs:
         self.steps_left[batch:padded_batch].zero_()
         self.step.zero_()
 
-    def _capture_window(self, key: tuple[int, int, bool, bool]) -> torch.cuda.CUDAGraph:
+    def _capture_window(self, key: tuple[int, int, bool, bool, bool]) -> torch.cuda.CUDAGraph:
         """Captures one window step for a bucket. The step advances its own inputs, so the warm-up and the capture
         start from neutral rows (all on the scratch block), never from a real window's inputs."""
-        batch, num_blocks, need_filter, need_raw = key
+        batch, num_blocks, need_filter, need_raw, mrope = key
         logger.info("capturing a CUDA graph for a decode-window step, batch %d x %d blocks", batch, num_blocks)
-        state = self._window_state(batch, num_blocks, need_filter, need_raw)
+        state = self._window_state(batch, num_blocks, need_filter, need_raw, mrope)
         meta = state.metadata()
         block_size = self.block_size
         scratch_slot = self.kv_cache.scratch_block * block_size
@@ -233,16 +255,18 @@ class DecodeGraphs:
         sampling: SamplingTensors,
         steps_left: torch.Tensor,
         num_steps: int,
+        rope_offsets: torch.Tensor | None = None,
     ) -> DecodeState:
         """Runs a decode window through the step graph of its bucket; returns the state holding the outputs."""
         batch, num_blocks = meta.block_tables.shape
         padded_batch, padded_blocks = self._bucket(batch, num_blocks)
-        key = (padded_batch, padded_blocks, sampling.need_filter, sampling.need_raw)
+        mrope = rope_offsets is not None
+        key = (padded_batch, padded_blocks, sampling.need_filter, sampling.need_raw, mrope)
         if key not in self.window_graphs:
             self.window_graphs[key] = self._capture_window(key)
-        self._load_inputs(input_ids, positions, meta, (padded_batch, padded_blocks))
+        self._load_inputs(input_ids, positions, meta, (padded_batch, padded_blocks), rope_offsets)
         self._load_sampling(sampling, steps_left, padded_batch)
         graph = self.window_graphs[key]
         for _ in range(num_steps):
             graph.replay()
-        return self._window_state(padded_batch, padded_blocks, sampling.need_filter, sampling.need_raw)
+        return self._window_state(padded_batch, padded_blocks, sampling.need_filter, sampling.need_raw, mrope)

@@ -35,6 +35,11 @@ class DecodeState:
     rows: torch.Tensor  # (B,) long: 0..B-1
     top_ids: torch.Tensor | None = None  # (B, K, k) long when `sampling.num_top` = k > 0
     top_log_probs: torch.Tensor | None = None  # (B, K, k) float
+    rope_offsets: torch.Tensor | None = None  # (B,) long: image sequences' decode shift of the rotary position
+
+    def rope_positions(self) -> torch.Tensor:
+        """The positions the rotary embedding reads: `positions`, shifted for image sequences (mrope.py)."""
+        return self.positions if self.rope_offsets is None else self.positions + self.rope_offsets
 
     def metadata(self) -> AttentionMetadata:
         """Attention metadata of a step: views of the state, so each step sees the advanced values."""
@@ -55,6 +60,7 @@ def new_decode_state(
     sampling: SamplingTensors,
     steps_left: torch.Tensor,
     num_steps: int,
+    rope_offsets: torch.Tensor | None = None,
 ) -> DecodeState:
     """A state that advances the given tensors in place, with fresh output buffers (the eager path)."""
     batch, device, top = input_ids.shape[0], input_ids.device, sampling.num_top
@@ -72,4 +78,5 @@ def new_decode_state(
         rows=torch.arange(batch, device=device),
         top_ids=torch.zeros(batch, num_steps, top, dtype=torch.long, device=device) if top else None,
         top_log_probs=torch.zeros(batch, num_steps, top, dtype=torch.float32, device=device) if top else None,
+        rope_offsets=rope_offsets,
     )

@@ -16,6 +16,12 @@ Tensor parallelism (`EngineConfig.tensor_parallel_size`, parallel.py): each proc
 with its shard of the model (`tp_group`, or groups of consecutive ranks of the torch.distributed world) and calls
 `generate` with the same prompts and sampling parameters. The logits, hence the tokens, are identical on every rank,
 so the schedulers agree step by step (SPMD) and every rank returns the same outputs.
+
+Partial rollouts (weights that change while requests run): `pause()` stops at the step boundary (the requests keep
+their tokens; nothing runs until `resume()`, requests added meanwhile wait), `load_weights(weights,
+policy_version=k)` loads new weights in place, `resume()` goes on. Every output token records the `policy_version`
+whose weights sampled it (`CompletionOutput.policy_versions`); `EngineConfig.partial_rollout_kv` says whether the
+running sequences' KV cache is recomputed under the new weights (default) or kept.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.in_flight import HostOutputs, InFlight, read_outputs
 from hyflow.engine.kv_cache import num_blocks_for_memory
 from hyflow.engine.model_runner import ModelRunner
-from hyflow.engine.models import load_model
+from hyflow.engine.models import load_model, load_vision
+from hyflow.engine.models.vision import load_weights
+from hyflow.engine.multimodal import PromptImages, prompt_images
 from hyflow.engine.parallel import TensorParallel
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
@@ -82,21 +90,26 @@ class LLMEngine:
             from transformers import AutoConfig
 
             self.hf_config = AutoConfig.from_pretrained(model)
-        max_model_len = config.check_model_len(self.hf_config.max_position_embeddings)
+        max_model_len = config.check_model_len(self.hf_config.get_text_config().max_position_embeddings)
         self.model = load_model(model, max_model_len, self.dtype, self.device, self.tp)
+        self.vision = load_vision(model, self.dtype, self.device)  # a VLM's vision tower, run at prefill
         self.tokenizer = tokenizer
         self.eos_token_ids = _eos_ids(model, self.hf_config, tokenizer)
         # The ranks of a TP group must schedule alike, so they all take the smallest cache any of them can hold.
         num_blocks = self.tp.min(num_blocks_for_memory(self.model.args, config, self.dtype, self.device), self.device)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
-        self.runner = ModelRunner(self.model, config, num_blocks, self.device, self.dtype)
+        self.runner = ModelRunner(self.model, config, num_blocks, self.device, self.dtype, self.vision)
         self.requests: dict[str, tuple[list[int], list[Sequence]]] = {}
         self._seed_source = random.Random(config.seed)
         self.last_step_was_prefill = False  # for step-time metrics
         self.last_num_steps = 1  # forward steps the last `step()` ran (a decode window runs several)
         self.in_flight = InFlight(self.scheduler, self.runner.launch, config.async_scheduling)
         self._next_id = 0
+        # The weights' version, recorded with every token sampled. Every batch a `step()` reads was launched after
+        # the last `load_weights` (which drops anything queued before it), so its tokens come from these weights.
+        self.policy_version = 0
+        self.paused = False  # pause() ... resume(): `step()` runs nothing
 
     # ---- requests -------------------------------------------------------------------------------------------
     def _check_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
@@ -127,10 +140,29 @@ class LLMEngine:
                 f"{self.block_manager.num_blocks}; lower max_tokens or give the KV cache more memory"
             )
 
+    def _prompt_images(self, request_id: str, prompt: list[int], inputs: dict[str, Any] | None) -> PromptImages | None:
+        """The request's images (multimodal.py), None for a text prompt; ValueError when the model has no vision
+        tower or the inputs do not match the prompt."""
+        if not inputs:
+            return None
+        if self.vision is None:
+            raise ValueError(
+                f"request {request_id!r} carries images (multi_modal_inputs), but the engine's model "
+                f"{getattr(self.hf_config, 'architectures', None)} has no vision tower; load a vision-language model"
+            )
+        image_token_id = self.hf_config.image_token_id
+        return prompt_images(prompt, inputs, image_token_id, self.vision.merge_size, request_id)
+
     def add_request(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict | None = None, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict | None = None,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> str:
-        """Queues one request (its `n` samples share the prompt's cache blocks); returns its id."""
+        """Queues one request (its `n` samples share the prompt's cache blocks); returns its id.
+        `multi_modal_inputs`: the processor's `pixel_values` and `image_grid_thw` of an image prompt, whose
+        `prompt_token_ids` hold each image's pad tokens expanded (as the processor returns them)."""
         if params is None:
             params = SamplingParams()
         elif isinstance(params, dict):
@@ -139,8 +171,10 @@ class LLMEngine:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
         prompt = [int(t) for t in prompt_token_ids]
         self._check_request(request_id, prompt, params)
+        images = self._prompt_images(request_id, prompt, multi_modal_inputs)
         base_seed = params.seed if params.seed is not None else self._seed_source.getrandbits(32)
-        seqs = [Sequence(request_id, prompt, params, hash((base_seed, i)) & 0xFFFFFFFF, i) for i in range(params.n)]
+        seeds = [hash((base_seed, i)) & 0xFFFFFFFF for i in range(params.n)]
+        seqs = [Sequence(request_id, prompt, params, seed, i, images) for i, seed in enumerate(seeds)]
         for seq in seqs:
             self.scheduler.add(seq)
         self.requests[request_id] = (prompt, seqs)
@@ -166,6 +200,8 @@ class LLMEngine:
         steps; the tokens after a stop are dropped. With async scheduling the next window (or the next prefill) is
         queued on the device before this one's tokens are read (scheduler.py); it is what the next call reads.
         """
+        if self.paused:
+            return []
         self.runner.require_awake()  # before scheduling: a failed step must leave the queue as it was
         launched = self.in_flight.take()
         if launched is None:
@@ -214,7 +250,8 @@ class LLMEngine:
             return self._append_token_run(seq, tokens, log_probs, raw if keep_raw else None, top)
         for k, token in enumerate(tokens):
             seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
-            seq.append(token, log_probs[k], raw[k] if keep_raw else None, None if top is None else top[k])
+            top_k = None if top is None else top[k]
+            seq.append(token, log_probs[k], raw[k] if keep_raw else None, top_k, policy_version=self.policy_version)
             reason = self._finish_reason(seq)
             if reason is not None:
                 return reason
@@ -238,7 +275,11 @@ class LLMEngine:
         if stop_at is not None:
             take = stop_at + 1
         seq.extend(
-            tokens[:take], log_probs[:take], None if raw is None else raw[:take], None if top is None else top[:take]
+            tokens[:take],
+            log_probs[:take],
+            None if raw is None else raw[:take],
+            None if top is None else top[:take],
+            policy_version=self.policy_version,
         )
         seq.num_computed_tokens = seq.num_tokens - 1  # every token before the newest has its K/V cached
         if stop_at is not None:
@@ -281,7 +322,14 @@ class LLMEngine:
         raw = list(seq.raw_log_probs) if seq.params.raw_log_probs else None
         top = list(seq.top_log_probs) if seq.params.top_log_probs else None
         return CompletionOutput(
-            seq.sample_index, seq.output_token_ids, list(seq.log_probs), seq.finish_reason, raw, text, top
+            seq.sample_index,
+            seq.output_token_ids,
+            list(seq.log_probs),
+            seq.finish_reason,
+            raw,
+            text,
+            top,
+            list(seq.policy_versions),
         )
 
     def generate(
@@ -289,17 +337,27 @@ class LLMEngine:
         prompts: list[list[int]],
         params: SamplingParams | list[SamplingParams] | None = None,
         progress: bool = False,
+        multi_modal_inputs: list[dict[str, Any] | None] | None = None,
     ) -> list[RequestOutput]:
         """Batch API: generates for every prompt and returns the outputs in prompt order (`progress`: a tqdm bar
-        of finished prompts on stderr, for long offline runs)."""
+        of finished prompts on stderr, for long offline runs; `multi_modal_inputs`: one per prompt, None for a
+        text prompt, see `add_request`)."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"got {len(params_list)} SamplingParams for {len(prompts)} prompts; give one or one each")
+        images = multi_modal_inputs if multi_modal_inputs is not None else [None] * len(prompts)
+        if len(images) != len(prompts):
+            raise ValueError(f"got {len(images)} multi_modal_inputs for {len(prompts)} prompts; give one per prompt")
         self.runner.require_awake()  # before queueing: an asleep engine keeps no request of this batch
+        if self.paused:
+            raise RuntimeError(
+                "the engine is paused (pause() stops the step loop for a weight load), so generate() would wait "
+                "forever. Fix: call engine.resume() first."
+            )
         ids: list[str] = []
         try:
-            for prompt, p in zip(prompts, params_list):
-                ids.append(self.add_request(prompt, p))
+            for prompt, p, image_inputs in zip(prompts, params_list, images):
+                ids.append(self.add_request(prompt, p, multi_modal_inputs=image_inputs))
         except ValueError:  # one bad prompt: queue none of the batch
             for request_id in ids:
                 self.abort(request_id)
@@ -313,12 +371,40 @@ class LLMEngine:
         return [results[i] for i in ids]
 
     # ---- training integration -------------------------------------------------------------------------------
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Copies HF-named tensors into the model in place; cached prefixes (old weights) are forgotten."""
+    def pause(self) -> None:
+        """Stops generating at the step boundary, for a weight load while requests run (a partial rollout): the
+        running requests keep the tokens they have; a batch queued ahead on the device is dropped once the device
+        is done with it (after `resume()` its tokens are sampled anew, by the weights then loaded); `step()` runs
+        nothing until `resume()`. Requests can still be added (they wait) and aborted (partial output)."""
+        self.in_flight.drop()
+        self.paused = True
+
+    def resume(self) -> None:
+        """Lets `step()` run again after `pause()`."""
+        self.paused = False
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
+        """Copies HF-named tensors into the model (a VLM's vision tower included) in place and sets `policy_version`
+        (default: one more), which every token sampled from now on records. Pass the version when the weights come
+        in several calls (one bucket each). Call it between steps or while paused; a batch queued ahead is dropped
+        (it computes with the old weights).
+
+        Cached prefixes are forgotten (old weights). The running sequences go on under the new weights:
+        `partial_rollout_kv="recompute"` moves them back to the queue, to re-prefill prompt + tokens so far;
+        `"keep"` leaves their KV cache as it is (stale), and only marks its blocks unshareable."""
+        if policy_version is not None and policy_version < self.policy_version:
+            raise ValueError(
+                f"load_weights(policy_version={policy_version}) would go back from the engine's policy_version "
+                f"{self.policy_version}; versions only grow (pass the trainer's step of the weights, or None for +1)"
+            )
         self.in_flight.drop()  # it computes with the old weights
-        count = self.model.load_weights(weights)
-        self.scheduler.preempt_all()
-        self.block_manager.reset()
+        count = load_weights(self.model, self.vision, weights)
+        self.policy_version = self.policy_version + 1 if policy_version is None else policy_version
+        if self.config.partial_rollout_kv == "keep":
+            self.block_manager.forget_prefixes(list(self.scheduler.running))
+        else:
+            self.scheduler.preempt_all()
+            self.block_manager.reset()
         return count
 
     def sleep(self) -> None:

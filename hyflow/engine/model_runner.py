@@ -20,10 +20,12 @@ from hyflow.engine.decode_state import new_decode_state
 from hyflow.engine.in_flight import LaunchedBatch, send_columns
 from hyflow.engine.kv_cache import KVCache
 from hyflow.engine.models.llama import DecoderForCausalLM
+from hyflow.engine.models.vision import VisionTower
 from hyflow.engine.multi_step import decode_step, send_outputs
 from hyflow.engine.sampler import SamplingTensors, sample, top_alternatives
 from hyflow.engine.scheduler import ScheduledBatch
 from hyflow.engine.sequence import Sequence
+from hyflow.engine.vision_inputs import rope_offsets, rope_positions, step_embeddings
 
 _TYPECODES = {torch.long: "q", torch.float32: "f"}
 
@@ -151,9 +153,16 @@ def prepare_sampling(seqs: list[Sequence], device: torch.device, pending: list[i
 
 class ModelRunner:
     def __init__(
-        self, model: DecoderForCausalLM, config: EngineConfig, num_blocks: int, device: torch.device, dtype: torch.dtype
+        self,
+        model: DecoderForCausalLM,
+        config: EngineConfig,
+        num_blocks: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        vision: VisionTower | None = None,
     ) -> None:
         self.model, self.config, self.device = model, config, device
+        self.vision = vision  # a VLM's vision tower: image prefills (vision_inputs.py)
         self.block_size = config.block_size
         self.kv_cache = KVCache(model.args, num_blocks, config.block_size, dtype, device)
         use_graphs = device.type == "cuda" and not config.enforce_eager
@@ -161,9 +170,16 @@ class ModelRunner:
         self._window_sampling: tuple[tuple[int, ...], SamplingTensors] | None = None  # (sequence ids, settings)
         self._cache_address: int | None = None  # where the KV cache was before `sleep`
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """Eager forward: logits (B, V) at `meta.logits_index`."""
-        hidden = self.model(input_ids, positions, meta, self.kv_cache.layers, self.block_size)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        input_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Eager forward: logits (B, V) at `meta.logits_index` (`positions`: the rotary's, see vision_inputs.py;
+        `input_embeds`: an image prefill's token embeddings)."""
+        hidden = self.model(input_ids, positions, meta, self.kv_cache.layers, self.block_size, input_embeds)
         return self.model.compute_logits(hidden[meta.logits_index])
 
     def require_awake(self) -> None:
@@ -195,9 +211,10 @@ class ModelRunner:
         input_ids, positions, meta = prepare_inputs(seqs, self.block_size, self.kv_cache.scratch_block, self.device)
         is_decode = all(seq.num_tokens - seq.num_computed_tokens == 1 for seq in seqs)
         if self.graphs is not None and is_decode and self.graphs.fits(len(seqs), meta):
-            logits = self.graphs.replay(input_ids, positions, meta)
+            logits = self.graphs.replay(input_ids, positions, meta, rope_offsets(seqs, self.device))
         else:
-            logits = self.forward(input_ids, positions, meta)
+            embeds = None if is_decode else step_embeddings(seqs, input_ids, self.model.model.embed_tokens, self.vision)
+            logits = self.forward(input_ids, rope_positions(seqs, positions), meta, embeds)
         sampling = prepare_sampling(seqs, self.device)
         tokens, log_probs, raw = sample(logits, sampling)
         column = (None if t is None else t.unsqueeze(1) for t in (tokens, log_probs.float(), raw))
@@ -231,10 +248,11 @@ class ModelRunner:
         sampling = self._sampling_for_window(seqs, batch.pending)
         steps_left = _to_device([count - 1 for count in batch.step_counts], torch.long, self.device)
         # The window graphs record no top alternatives: a window that asks for them runs eagerly.
+        offsets = rope_offsets(seqs, self.device)  # image sequences' decode shift (mrope.py); None for text
         if self.graphs is not None and not sampling.num_top and self.graphs.fits_window(len(seqs), meta, num_steps):
-            state = self.graphs.replay_window(input_ids, positions, meta, sampling, steps_left, num_steps)
+            state = self.graphs.replay_window(input_ids, positions, meta, sampling, steps_left, num_steps, offsets)
         else:
-            state = new_decode_state(input_ids, positions, meta, sampling, steps_left, num_steps)
+            state = new_decode_state(input_ids, positions, meta, sampling, steps_left, num_steps, offsets)
             step_meta = state.metadata()
             for _ in range(num_steps):
                 decode_step(self.forward, state, step_meta, self.block_size, scratch * self.block_size)

@@ -49,10 +49,10 @@ def decode_step(
 ) -> None:
     """One step of the window: forward, sample, record the outputs in column `state.step`, advance (on CUDA
     without top-k/top-p: the sampler kernel and one kernel for the rest, triton_step.py)."""
-    logits = forward(state.input_ids, state.positions, meta)
+    logits = forward(state.input_ids, state.rope_positions(), meta)
     st = state.sampling
     if logits.is_cuda and not st.need_filter and not st.num_top and triton_step.available():
-        partials = triton_kernels.sample_partials(logits, st.temperatures, st.seeds, st.counters)
+        partials = triton_kernels.sample_partials(logits, st.temperatures, st.seeds, st.counters, st.need_raw)
         triton_step.finish_step(logits, partials, st.temperatures, state, block_size, scratch_slot)
         return
     tokens, log_probs, raw = sample(logits, state.sampling)

@@ -111,7 +111,7 @@ def sample_torch(logits: torch.Tensor, st: SamplingTensors) -> tuple[torch.Tenso
 
 def sample_fused(logits: torch.Tensor, st: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """`sample` without top-k/top-p in one Triton pass over the logits (CUDA): the same tokens and log-probs."""
-    tokens, lse, raw_lse = triton_kernels.fused_sample(logits, st.temperatures, st.seeds, st.counters)
+    tokens, lse, raw_lse = triton_kernels.fused_sample(logits, st.temperatures, st.seeds, st.counters, st.need_raw)
     picked = logits.gather(1, tokens.unsqueeze(1)).squeeze(1).float()
     divisor = torch.where(st.temperatures == 0, 1.0, st.temperatures)
     return tokens, picked / divisor - lse, picked - raw_lse if st.need_raw else None

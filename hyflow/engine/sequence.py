@@ -3,7 +3,8 @@
 A request with `n` samples becomes `n` sequences that share the request id (and, through the block manager, the
 prompt's cache blocks). `num_computed_tokens` counts the tokens whose K/V are in the cache: the next forward step
 feeds `token_ids[num_computed_tokens:]`, which is the uncached part of the prompt on a prefill and the last
-sampled token on a decode.
+sampled token on a decode. `policy_versions[i]` is the engine's `policy_version` (the weights) that sampled output
+token i; it changes inside one sequence when weights are loaded while it runs (a partial rollout).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hyflow.engine.config import SamplingParams
+from hyflow.engine.multimodal import PromptImages
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -29,7 +31,13 @@ _seq_counter = itertools.count()
 
 class Sequence:
     def __init__(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, seed: int, sample_index: int = 0
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        seed: int,
+        sample_index: int = 0,
+        images: PromptImages | None = None,
     ) -> None:
         self.seq_id = next(_seq_counter)
         self.request_id = request_id
@@ -46,6 +54,8 @@ class Sequence:
         self.log_probs: list[float] = []
         self.raw_log_probs: list[float] = []
         self.top_log_probs: list[dict[int, float]] = []  # per output token, when params.top_log_probs
+        self.policy_versions: list[int] = []  # per output token: the weights' version that sampled it
+        self.images = images  # the prompt's images (multimodal.py), None for a text prompt
 
     def __len__(self) -> int:
         return self.num_tokens
@@ -64,12 +74,24 @@ class Sequence:
     def block_tokens(self, index: int, block_size: int) -> list[int]:
         return self.token_ids[index * block_size : (index + 1) * block_size]
 
+    def block_key(self, index: int, block_size: int) -> tuple[int, ...]:
+        """What identifies block `index`'s content for prefix sharing: its token ids, then the hashes of the
+        images whose pad tokens it holds (every image's pads are the same id)."""
+        start = index * block_size
+        tokens = tuple(self.token_ids[start : start + block_size])
+        return tokens if self.images is None else tokens + self.images.hashes_between(start, start + block_size)
+
     def append(
-        self, token_id: int, log_prob: float, raw_log_prob: float | None, top: dict[int, float] | None = None
+        self,
+        token_id: int,
+        log_prob: float,
+        raw_log_prob: float | None,
+        top: dict[int, float] | None = None,
+        *,
+        policy_version: int = 0,
     ) -> None:
-        self.extend(
-            [token_id], [log_prob], None if raw_log_prob is None else [raw_log_prob], None if top is None else [top]
-        )
+        raw = None if raw_log_prob is None else [raw_log_prob]
+        self.extend([token_id], [log_prob], raw, None if top is None else [top], policy_version=policy_version)
 
     def extend(
         self,
@@ -77,9 +99,13 @@ class Sequence:
         log_probs: list[float],
         raw_log_probs: list[float] | None,
         top_log_probs: list[dict[int, float]] | None = None,
+        *,
+        policy_version: int = 0,
     ) -> None:
-        """Appends sampled tokens with their log-probs (and raw log-probs, top alternatives when asked)."""
+        """Appends sampled tokens with their log-probs (and raw log-probs, top alternatives when asked), all sampled
+        by the weights of `policy_version`."""
         self.token_ids.extend(token_ids)
+        self.policy_versions.extend([policy_version] * len(token_ids))
         self.num_tokens += len(token_ids)
         self.log_probs.extend(log_probs)
         if raw_log_probs is not None:
@@ -104,6 +130,8 @@ class CompletionOutput:
     text: str | None = None  # when the engine has a tokenizer
     # per token, the SamplingParams.top_log_probs most likely tokens -> log-prob (same distribution as log_probs)
     top_log_probs: list[dict[int, float]] | None = None
+    # per token, the engine's policy_version (weights) that sampled it; None where nothing tracks it (hf fallback)
+    policy_versions: list[int] | None = None
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Triton kernels for the CUDA fast path: decode attention straight from the paged KV cache, and a fused sampler.
+"""Triton kernels for the CUDA fast path: decode attention straight from the paged KV cache, a fused sampler, and
+SwiGLU's silu(gate) * up.
 
 Both compute exactly what the PyTorch code next to them computes on CPU (attention.py, sampler.py), without the
 intermediate tensors: the decode kernel reads each sequence's K/V blocks in place (no gather copy), and the sampler
@@ -18,8 +19,9 @@ import torch
 try:
     import triton
     import triton.language as tl
+    from triton.language.extra import libdevice
 except ImportError:  # CPU-only installs: the PyTorch paths run instead (triton_rope and triton_step import these)
-    triton = tl = None
+    triton = tl = libdevice = None
 
 
 SAMPLE_BLOCK = 2048  # logits per loop iteration of a sampler program
@@ -61,15 +63,21 @@ if triton is not None:
         vocab_size,
         split_size,
         BLOCK: tl.constexpr,
+        NEED_RAW: tl.constexpr,
+        FAST_LOG: tl.constexpr,
     ):
         """One (row, vocabulary split) per program; writes the split's best Gumbel key and its token, and the
-        running max / sum of exp of logits / T and of the raw logits (combined over splits in fused_sample)."""
+        running max / sum of exp of logits / T and (NEED_RAW) of the raw logits (combined over splits in
+        fused_sample). The kernel is bound by its arithmetic, not by reading the logits, so it spends as few
+        instructions per logit as it can: logits / T as one multiply by 1 / T, and (FAST_LOG) the noise's outer
+        log as lg2.approx (absolute error ~2^-22 on log E, E = -log u in (3e-8, 17)). The inner log stays exact:
+        near u = 1, where the winning keys are, lg2.approx's absolute error is larger than log u itself."""
         row = tl.program_id(0)
         split = tl.program_id(1)
         out = row * tl.num_programs(1) + split
         temp = tl.load(temps_ptr + row)
         greedy = temp == 0.0
-        divisor = tl.where(greedy, 1.0, temp)
+        inverse = 1.0 / tl.where(greedy, 1.0, temp)
         seed = (tl.load(seeds_ptr + row) & 0xFFFFFFFF).to(tl.uint32)
         counter = (tl.load(counters_ptr + row) & 0xFFFFFFFF).to(tl.uint32)
         row_hash = _hash32(_hash32(seed) ^ counter)
@@ -81,11 +89,16 @@ if triton is not None:
             cols = start + tl.arange(0, BLOCK)
             valid = cols < split_end
             z = tl.load(logits_ptr + row * stride + cols, mask=valid, other=-float("inf")).to(tl.float32)
-            scaled = z / divisor
+            scaled = z * inverse
             mix = (cols.to(tl.uint64) * 0x9E3779B1).to(tl.uint32)
             bits = _hash32(_hash32(row_hash ^ mix))
             uniform = ((bits >> 8).to(tl.float32) + 0.5) / 16777216.0
-            key = tl.where(greedy, z, scaled - tl.log(-tl.log(uniform)))
+            exponential = -tl.log(uniform)
+            if FAST_LOG:
+                noise = -libdevice.fast_logf(exponential)
+            else:
+                noise = -tl.log(exponential)
+            key = tl.where(greedy, z, scaled + noise)
             key = tl.where(valid, key, -float("inf"))
             block_best = tl.max(key, 0)
             if block_best > best_key:
@@ -93,15 +106,17 @@ if triton is not None:
             new_m = tl.maximum(m, tl.max(scaled, 0))
             s = s * tl.exp(m - new_m) + tl.sum(tl.where(valid, tl.exp(scaled - new_m), 0.0), 0)
             m = new_m
-            new_raw_m = tl.maximum(raw_m, tl.max(z, 0))
-            raw_s = raw_s * tl.exp(raw_m - new_raw_m) + tl.sum(tl.where(valid, tl.exp(z - new_raw_m), 0.0), 0)
-            raw_m = new_raw_m
+            if NEED_RAW:
+                new_raw_m = tl.maximum(raw_m, tl.max(z, 0))
+                raw_s = raw_s * tl.exp(raw_m - new_raw_m) + tl.sum(tl.where(valid, tl.exp(z - new_raw_m), 0.0), 0)
+                raw_m = new_raw_m
         tl.store(keys_ptr + out, best_key)
         tl.store(tokens_ptr + out, best_index)
         tl.store(max_ptr + out, m)
         tl.store(sum_ptr + out, s)
-        tl.store(raw_max_ptr + out, raw_m)
-        tl.store(raw_sum_ptr + out, raw_s)
+        if NEED_RAW:
+            tl.store(raw_max_ptr + out, raw_m)
+            tl.store(raw_sum_ptr + out, raw_s)
 
     @triton.jit
     def _decode_attention_kernel(
@@ -206,6 +221,42 @@ def decode_attention(
     return out
 
 
+if triton is not None:
+
+    @triton.jit
+    def _silu_and_mul_kernel(x_ptr, out_ptr, x_stride, out_stride, half, BLOCK: tl.constexpr):
+        """One (row, column block) per program: out[r, c] = silu(x[r, c]) * x[r, half + c], in fp32."""
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < half
+        gate = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        up = tl.load(x_ptr + row * x_stride + half + cols, mask=mask, other=0.0).to(tl.float32)
+        out = gate / (1.0 + tl.exp(-gate)) * up
+        tl.store(out_ptr + row * out_stride + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+SILU_BLOCK = 1024  # columns per program
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for `gate_up` (..., 2I) = [gate | up]; (..., I). A 2-D grid (rows x column blocks) with no
+    index division: torch.compile's dynamic-shape kernel for the same op ran at ~1.3 TB/s on an H200 (its flat
+    index is divided by the symbolic width per element), a third of the card's bandwidth. (The training side's
+    `hyflow.models.kernels.triton_norm_act.silu_mul_forward` takes two contiguous tensors; here both halves sit in
+    each row of the fused projection's output and are read in place, and the engine imports nothing from training.)"""
+    width = gate_up.shape[-1]
+    half = width // 2
+    x = gate_up.reshape(-1, width)
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    out = torch.empty(x.shape[0], half, dtype=gate_up.dtype, device=gate_up.device)
+    if x.shape[0]:
+        _silu_and_mul_kernel[(x.shape[0], triton.cdiv(half, SILU_BLOCK))](
+            x, out, x.stride(0), out.stride(0), half, BLOCK=SILU_BLOCK, num_warps=4
+        )
+    return out.view(*gate_up.shape[:-1], half)
+
+
 class SamplePartials(NamedTuple):
     """Per (row, vocabulary split) results of the sampler kernel, each (B, splits): the best Gumbel key and its
     token, and the running max / sum of exp of logits / T and of the raw logits."""
@@ -219,10 +270,17 @@ class SamplePartials(NamedTuple):
 
 
 def sample_partials(
-    logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
+    logits: torch.Tensor,
+    temperatures: torch.Tensor,
+    seeds: torch.Tensor,
+    counters: torch.Tensor,
+    need_raw: bool = True,
+    fast_log: bool = True,
 ) -> SamplePartials:
     """The sampler kernel over `logits` (B, V) cut into splits of SPLIT_SIZE, so that B × splits programs fill the
-    device even at small B; `fused_sample` (or triton_step.finish_step) combines the splits."""
+    device even at small B; `fused_sample` (or triton_step.finish_step) combines the splits. Without `need_raw`
+    the raw partials are left unwritten (one exp per logit less). `fast_log=False`: both of the noise's logs
+    exact (benchmarks/decode_kernels.py's comparison)."""
     batch, vocab_size = logits.shape
     splits = triton.cdiv(vocab_size, SPLIT_SIZE)
     keys = torch.empty(batch, splits, dtype=torch.float32, device=logits.device)
@@ -230,27 +288,29 @@ def sample_partials(
     maxes, sums, raw_maxes, raw_sums = torch.empty(4, batch, splits, dtype=torch.float32, device=logits.device)
     _sample_kernel[(batch, splits)](
         logits, logits.stride(0), temperatures, seeds, counters, keys, tokens, maxes, sums, raw_maxes, raw_sums,
-        vocab_size, SPLIT_SIZE, BLOCK=SAMPLE_BLOCK,
+        vocab_size, SPLIT_SIZE, BLOCK=SAMPLE_BLOCK, NEED_RAW=need_raw, FAST_LOG=fast_log,
     )  # fmt: skip
     return SamplePartials(keys, tokens, maxes, sums, raw_maxes, raw_sums)
 
 
 def fused_sample(
-    logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tokens (B,), logsumexp of logits / T (B,), logsumexp of logits (B,)) with sampler.py's Gumbel noise.
+    logits: torch.Tensor,
+    temperatures: torch.Tensor,
+    seeds: torch.Tensor,
+    counters: torch.Tensor,
+    need_raw: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(tokens (B,), logsumexp of logits / T (B,), logsumexp of logits (B,) or None without `need_raw`) with
+    sampler.py's Gumbel noise.
 
     The splits of `sample_partials` are combined here: the token of the largest key (the first split on ties, as
     one pass would pick), and logsumexp = M + log Σ s_i · exp(m_i − M) over the splits' running (m_i, s_i),
     M = max m_i.
     """
-    part = sample_partials(logits, temperatures, seeds, counters)
+    part = sample_partials(logits, temperatures, seeds, counters, need_raw)
     best = part.keys.argmax(dim=1, keepdim=True)
-    return (
-        part.tokens.gather(1, best).squeeze(1),
-        _combine_lse(part.maxes, part.sums),
-        _combine_lse(part.raw_maxes, part.raw_sums),
-    )
+    raw_lse = _combine_lse(part.raw_maxes, part.raw_sums) if need_raw else None
+    return part.tokens.gather(1, best).squeeze(1), _combine_lse(part.maxes, part.sums), raw_lse
 
 
 def _combine_lse(maxes: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:

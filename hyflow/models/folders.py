@@ -21,3 +21,19 @@ def check_local_model_folder(path: str | os.PathLike, key: str = "actor_rollout_
             "that holds config.json and the weights (*.safetensors)."
         )
     return path
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def check_local_tokenizer_folder(path: str | os.PathLike, key: str) -> str:
+    """Return `path` as a string if it is a local folder holding a saved tokenizer (one of TOKENIZER_FILES; a
+    model folder usually has them too), else raise a `ValueError`."""
+    path = os.path.expanduser(os.fspath(path))
+    if not os.path.isdir(path) or not any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES):
+        raise ValueError(
+            f"{key}={path!r} is not a local folder with a saved tokenizer (none of {list(TOKENIZER_FILES)} there). "
+            f"Fix: point {key} at a folder written by tokenizer.save_pretrained(DIR), or leave it unset to use the "
+            "model folder's tokenizer."
+        )
+    return path

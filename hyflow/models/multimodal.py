@@ -4,7 +4,7 @@
     auto_model_class(config)                 # AutoModelForImageTextToText for a VLM, else AutoModelForCausalLM
     backbone = vision_language_backbone(lm)  # vision tower + language model, returns hidden states
     backbone, hidden_size = value_backbone(lm)   # what a critic puts its value head on
-    vision = batch_vision_inputs(rows, device)   # {"pixel_values": (ΣN_i, D), "image_grid_thw": (ΣK_i, 3)}
+    vision = batch_vision_inputs(rows, device)   # {"pixel_values": (ΣN_i, D), "image_grid_thw": (ΣK_i, 3), ...}
     freeze_vision_tower(lm)                  # no gradients into the vision encoder (its merger stays trainable)
 
 Per-row processor outputs (`multi_modal_inputs`, one dict per row) are concatenated in row order: the model
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw")
+VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
 
 
 def is_vision_language(config: Any) -> bool:
@@ -51,6 +51,31 @@ def vision_language_backbone(lm: nn.Module) -> nn.Module:
             "point model.path at a VLM folder (e.g. Qwen2-VL) or drop the data's images column."
         )
     return backbone
+
+
+def text_model(module: nn.Module) -> nn.Module:
+    """The language model inside a vision-language model or its backbone (`Qwen2VLTextModel`), the part whose
+    attention a packed forward replaces; a text-only model itself."""
+    base = _base_model(module)
+    if not is_vision_language(base.config):
+        return base
+    backbone = base if hasattr(base, "language_model") else vision_language_backbone(base)
+    return backbone.language_model
+
+
+def vision_encoder_outputs(backbone: nn.Module, vision: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The vision tower's outputs for a batch's images and videos (`vision`: `batch_vision_inputs`), in the form
+    the backbone's `mm_encoder_outputs` argument takes, so its forward skips the tower and its keyword arguments
+    (a packed forward's row boundaries) reach the language model only."""
+    outputs = {}
+    if "pixel_values" in vision:
+        outputs["image"] = backbone.get_image_features(
+            vision["pixel_values"], vision["image_grid_thw"], return_dict=True
+        )
+    if "pixel_values_videos" in vision:
+        video = backbone.get_video_features(vision["pixel_values_videos"], vision["video_grid_thw"], return_dict=True)
+        outputs["video"] = video
+    return outputs
 
 
 def value_backbone(lm: nn.Module) -> tuple[nn.Module, int]:
@@ -84,10 +109,21 @@ def freeze_vision_tower(lm: nn.Module) -> int:
 
 
 def batch_vision_inputs(rows: list[dict[str, torch.Tensor]] | None, device: torch.device) -> dict[str, torch.Tensor]:
-    """The rows' vision inputs concatenated in row order and moved to `device`; {} when no row has any."""
-    if not rows:
-        return {}
-    present = [row for row in rows if row and row.get("pixel_values") is not None]
-    if not present:
-        return {}
-    return {key: torch.cat([row[key] for row in present]).to(device) for key in VISION_INPUT_KEYS}
+    """The rows' vision inputs (images and videos) concatenated in row order, key by key, and moved to `device`;
+    {} when no row has any."""
+    vision = {}
+    for key in VISION_INPUT_KEYS:
+        parts = [row[key] for row in rows or [] if row and row.get(key) is not None]
+        if parts:
+            vision[key] = torch.cat(parts).to(device)
+    return vision
+
+
+def mm_token_type_ids(input_ids: torch.Tensor, config: Any) -> torch.Tensor:
+    """transformers' token types of a Qwen2-VL-style batch, same shape as `input_ids`: 0 text, 1 an image pad,
+    2 a video pad (what `generate` reads to place the vision embeddings and compute the M-RoPE positions)."""
+    types = (input_ids == config.image_token_id).long()
+    video_token_id = getattr(config, "video_token_id", None)
+    if video_token_id is not None:
+        types = types + 2 * (input_ids == video_token_id).long()
+    return types

@@ -170,8 +170,11 @@ def _no_mask(*args: Any, **kwargs: Any) -> None:
 
 
 def use_varlen_attention(model: nn.Module) -> None:
-    """Registers "hyflow_varlen" with transformers and switches `model` (a Hugging Face model) to it."""
+    """Registers "hyflow_varlen" with transformers and switches `model` (a Hugging Face model) to it; in a
+    vision-language model only its language model (the vision tower keeps its own attention over its patches)."""
     from transformers import AttentionInterface
+
+    from hyflow.models.multimodal import text_model
 
     try:
         from transformers.masking_utils import AttentionMaskInterface
@@ -182,19 +185,31 @@ def use_varlen_attention(model: nn.Module) -> None:
         ) from error
     AttentionInterface.register(ATTENTION_NAME, _transformers_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
+    model = text_model(model)
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(ATTENTION_NAME)
     else:
         model.config._attn_implementation = ATTENTION_NAME
 
 
+def packed_position_ids(position_ids: torch.Tensor, packed: PackedRows) -> torch.Tensor:
+    """Position ids of the packed sequence: (B, T) -> (1, N); Qwen2-VL's M-RoPE rows (B, 3, T) -> (3, 1, N)."""
+    if position_ids.dim() == 3:
+        return torch.stack([packed.gather(position_ids[:, row]) for row in range(position_ids.shape[1])])[:, None]
+    return packed.gather(position_ids).unsqueeze(0)
+
+
 def forward_packed(
-    decoder: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, packed: PackedRows
+    decoder: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, packed: PackedRows, **model_kwargs: Any
 ) -> torch.Tensor:
-    """The decoder's last hidden states (N, H) at the real tokens of a (B, T) batch, computed packed."""
+    """The decoder's last hidden states (N, H) at the real tokens of a (B, T) batch, computed packed.
+
+    A vision-language backbone (Qwen2-VL's) runs too: its image pads stay in the packed ids in row order, so
+    `model_kwargs` (`mm_encoder_outputs`, the vision tower's output for the rows' images) fill them as in the padded
+    forward, and (B, 3, T) M-RoPE position ids are packed row by row."""
     hidden = decoder(
         input_ids=packed.gather(input_ids).unsqueeze(0),
-        position_ids=packed.gather(position_ids).unsqueeze(0),
+        position_ids=packed_position_ids(position_ids, packed),
         # A 4D mask counts as already prepared: transformers passes it through untouched (the varlen attention
         # ignores it; cu_seqlens separates the rows) instead of building one and, first, looking for packed rows
         # in position_ids on the host, a device sync in every forward.
@@ -204,5 +219,6 @@ def forward_packed(
         cu_seq_lens_k=packed.cu_seqlens,
         max_length_q=packed.max_len,
         max_length_k=packed.max_len,
+        **model_kwargs,
     ).last_hidden_state
     return hidden[0]

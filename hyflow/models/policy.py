@@ -24,7 +24,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hyflow.models.kernels.dispatch import use_triton
-from hyflow.models.multimodal import batch_vision_inputs, is_vision_language, vision_language_backbone
+from hyflow.models.multimodal import (
+    batch_vision_inputs,
+    is_vision_language,
+    vision_encoder_outputs,
+    vision_language_backbone,
+)
 from hyflow.models.packing import PackedRows, forward_packed, pack_rows, use_varlen_attention
 
 DEFAULT_CHUNK_SIZE = 1024  # torch reference: chunk_size × V × 4 bytes of fp32 logits, twice in backward
@@ -184,11 +189,6 @@ class PolicyModel(nn.Module):
         self.chunk_size = chunk_size
         self.use_fused_kernels = use_fused_kernels
         self.remove_padding = remove_padding
-        if remove_padding and is_vision_language(lm.config):
-            raise ValueError(
-                "model.use_remove_padding=True is not supported for vision-language models yet (the packed forward "
-                "covers text decoders); set actor_rollout_ref.model.use_remove_padding=False (and critic.model.*)."
-            )
         if remove_padding:
             use_varlen_attention(lm)
 
@@ -214,7 +214,7 @@ class PolicyModel(nn.Module):
         vision = batch_vision_inputs(multi_modal_inputs, input_ids.device)
         if self.remove_padding:
             packed_inputs = (input_ids, attention_mask, position_ids, responses)
-            return self._forward_packed(*packed_inputs, temperature, compute_entropy, packed)
+            return self._forward_packed(*packed_inputs, temperature, compute_entropy, packed, vision)
         batch_size, response_length = responses.shape
         backbone = vision_language_backbone(self.lm) if vision or position_ids.dim() == 3 else self.lm.get_decoder()
         if position_ids.dim() == 3:  # (B, 3, T) M-RoPE rows -> the (3, B, T) the model reads
@@ -251,12 +251,19 @@ class PolicyModel(nn.Module):
         temperature: float,
         compute_entropy: bool,
         packed: PackedRows | None,
+        vision: dict[str, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`forward` on the real tokens only; log-probs (and entropy) are 0 at padding response positions."""
+        """`forward` on the real tokens only; log-probs (and entropy) are 0 at padding response positions. A
+        vision-language model runs its vision tower on the micro-batch's images first (`vision_encoder_outputs`)."""
         batch_size, response_length = responses.shape
         if packed is None or packed.sources is None:
             packed = pack_rows(attention_mask, response_length)  # from the device mask: syncs
-        hidden = forward_packed(self.lm.get_decoder(), input_ids, position_ids, packed)  # (N, H)
+        if is_vision_language(self.lm.config):
+            backbone = vision_language_backbone(self.lm)
+            encoded = {"mm_encoder_outputs": vision_encoder_outputs(backbone, vision)} if vision else {}
+            hidden = forward_packed(backbone, input_ids, position_ids, packed, **encoded)  # (N, H)
+        else:
+            hidden = forward_packed(self.lm.get_decoder(), input_ids, position_ids, packed)
         rows, cols, sources = packed.response_rows, packed.response_cols, packed.sources
         log_probs, entropy = self._head(hidden[sources], responses[rows, cols], temperature, compute_entropy)
         full = log_probs.new_zeros(batch_size, response_length)

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from hyflow.models.multimodal import batch_vision_inputs, is_vision_language
+from hyflow.models.multimodal import batch_vision_inputs, vision_encoder_outputs
 from hyflow.models.packing import PackedRows, forward_packed, pack_rows, use_varlen_attention
 
 logger = logging.getLogger(__name__)
@@ -37,11 +37,6 @@ class ValueModel(nn.Module):
 
     def enable_remove_padding(self) -> None:
         """Run the backbone on the real tokens only, packed with varlen attention; values at padding are 0."""
-        if is_vision_language(self.backbone.config):
-            raise ValueError(
-                "critic.model.use_remove_padding=True is not supported for vision-language models yet (the packed "
-                "forward covers text decoders); set critic.model.use_remove_padding=False."
-            )
         use_varlen_attention(self.backbone)
         self.remove_padding = True
 
@@ -60,16 +55,18 @@ class ValueModel(nn.Module):
         """Values (B, T). `packed`: the batch's `pack_rows(attention_mask)` made on the host and moved here, used
         with remove_padding (else packed from the mask here, which waits for the device). A vision-language
         backbone also takes the rows' `multi_modal_inputs` and (B, 3, T) M-RoPE position ids."""
+        vision = batch_vision_inputs(multi_modal_inputs, input_ids.device)
         if self.remove_padding:
             packed = packed if packed is not None else pack_rows(attention_mask)
-            values = self.value_head(forward_packed(self.backbone, input_ids, position_ids, packed)).squeeze(-1)
+            encoded = {"mm_encoder_outputs": vision_encoder_outputs(self.backbone, vision)} if vision else {}
+            hidden = forward_packed(self.backbone, input_ids, position_ids, packed, **encoded)
+            values = self.value_head(hidden).squeeze(-1)
             return (
                 values.float()
                 .new_zeros(input_ids.numel())
                 .index_put((packed.indices,), values.float())
                 .view(input_ids.shape)
             )
-        vision = batch_vision_inputs(multi_modal_inputs, input_ids.device)
         if position_ids is not None and position_ids.dim() == 3:  # (B, 3, T) M-RoPE rows -> (3, B, T)
             position_ids = position_ids.transpose(0, 1)
         hidden = self.backbone(

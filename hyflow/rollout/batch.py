@@ -3,7 +3,9 @@ layout the actor expects. Shared by the engine rollout and the `transformers.gen
 
 In:  input_ids, attention_mask, position_ids (B, P) (or (B, 3, P), a VLM's M-RoPE rows), prompts left-padded.
 Out: prompts (B, P); responses, response_mask, rollout_log_probs (B, R), right-padded to R = response_length;
-     input_ids, attention_mask, position_ids (B, P + R); non-tensor finish_reason (B,).
+     input_ids, attention_mask, position_ids (B, P + R); non-tensor finish_reason (B,). With the engine's per-token
+     policy versions also rollout_policy_versions (B, R) (-1 on padding) and non-tensor rollout_policy_version_min
+     / _max (B,) (-1 for a row without tokens).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 
 from hyflow import fields as F
 from hyflow.protocol import DataProto
+from hyflow.rollout.policy_versions import version_range
 
 
 def unpadded_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
@@ -27,8 +30,10 @@ def pack_responses(
     finish_reasons: list[str],
     response_length: int,
     pad_token_id: int,
+    policy_versions: list[list[int]] | None = None,
 ) -> DataProto:
-    """The rollout output for `prompt_batch` (which keeps its non-tensor fields and meta_info)."""
+    """The rollout output for `prompt_batch` (which keeps its non-tensor fields and meta_info); `policy_versions`:
+    per row, the policy version that sampled each token (the engine's), None where nothing tracked them."""
     prompts = prompt_batch.batch[F.INPUT_IDS]
     prompt_mask = prompt_batch.batch[F.ATTENTION_MASK]
     prompt_positions = prompt_batch.batch[F.POSITION_IDS]
@@ -56,4 +61,11 @@ def pack_responses(
     }
     non_tensors = dict(prompt_batch.non_tensor_batch)
     non_tensors[F.FINISH_REASON] = np.array(finish_reasons, dtype=object)
+    if policy_versions is not None:
+        versions = torch.full((batch_size, response_length), -1, dtype=torch.long)
+        for i, row in enumerate(policy_versions):
+            row = row[:response_length]
+            versions[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        tensors[F.ROLLOUT_POLICY_VERSIONS] = versions.to(device)
+        non_tensors.update(version_range(versions))
     return DataProto.from_dict(tensors, non_tensors, dict(prompt_batch.meta_info))

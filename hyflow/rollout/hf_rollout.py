@@ -23,7 +23,7 @@ from torch import nn
 from hyflow import fields as F
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.sequence import CompletionOutput
-from hyflow.models.multimodal import batch_vision_inputs
+from hyflow.models.multimodal import batch_vision_inputs, mm_token_type_ids
 from hyflow.protocol import DataProto
 from hyflow.rollout.batch import pack_responses
 
@@ -48,6 +48,7 @@ class HFRollout:
         self.tokenizer = tokenizer
         self.response_length = response_length
         self.sampling_for = sampling_for  # DataProto.meta_info -> SamplingParams (worker_rollout.py)
+        self.policy_version = 0  # of the weights loaded last (load_weights)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = eos if eos is not None else getattr(model.config, "eos_token_id", None)
         self.eos_token_ids = [e for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
@@ -60,7 +61,8 @@ class HFRollout:
         self.suppressed_ids = [i for i in (getattr(model.config, n, None) for n in vision_tokens) if i is not None]
 
     def _vision_kwargs(self, input_ids: torch.Tensor, rows: Any, device: torch.device) -> dict[str, torch.Tensor]:
-        """`generate`'s image inputs for the batch: pixel_values, image_grid_thw and the token types (1 = image)."""
+        """`generate`'s vision inputs for the batch: pixel_values, image_grid_thw (pixel_values_videos,
+        video_grid_thw) and the token types (1 = image, 2 = video)."""
         vision = batch_vision_inputs(list(rows) if rows is not None else None, device)
         if not vision:
             return {}
@@ -70,7 +72,7 @@ class HFRollout:
                 f"the prompts carry images, but the rollout model {type(self.model).__name__} has no "
                 "image_token_id in its config; point model.path at a vision-language model."
             )
-        return {**vision, "mm_token_type_ids": (input_ids == image_token_id).long().to(device)}
+        return {**vision, "mm_token_type_ids": mm_token_type_ids(input_ids, self.model.config).to(device)}
 
     @torch.no_grad()
     def _generate(
@@ -105,18 +107,27 @@ class HFRollout:
         params = self.sampling_for(prompts.meta_info)
         batch, images = prompts.batch, prompts.non_tensor_batch.get(F.MULTI_MODAL_INPUTS)
         responses, lps, reasons = self._generate(batch[F.INPUT_IDS], batch[F.ATTENTION_MASK], params, images)
-        return pack_responses(prompts, responses, lps, reasons, self.response_length, self.pad_token_id)
+        versions = [[self.policy_version] * len(tokens) for tokens in responses]  # one call, one set of weights
+        return pack_responses(prompts, responses, lps, reasons, self.response_length, self.pad_token_id, versions)
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, torch.Tensor] | None = None,
     ) -> CompletionOutput:
-        """One prompt through `transformers.generate`, in a worker thread."""
+        """One prompt through `transformers.generate`, in a worker thread. `multi_modal_inputs`: the processor
+        outputs of the images / videos whose pad tokens `prompt_token_ids` hold (an agent loop's conversation)."""
         ids = torch.tensor([prompt_token_ids])
-        responses, lps, reasons = await asyncio.to_thread(self._generate, ids, torch.ones_like(ids), params)
+        rows = [multi_modal_inputs] if multi_modal_inputs else None
+        responses, lps, reasons = await asyncio.to_thread(self._generate, ids, torch.ones_like(ids), params, rows)
         return CompletionOutput(0, responses[0], lps[0], reasons[0])
 
     @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
+        """Copies HF-named tensors into the model; `policy_version` (default: one more) is what its tokens record."""
+        self.policy_version = self.policy_version + 1 if policy_version is None else policy_version
         params = dict(self.model.named_parameters(remove_duplicate=False))
         count = 0
         for name, tensor in weights:

@@ -7,9 +7,17 @@
     rollout.sleep(); ...train...; rollout.wake()
 
 `rollout.name=hyflow` runs the engine (an architecture it does not implement falls back to `hf` with a warning);
-`rollout.name=hf` runs `transformers.generate`. Sampling comes from the rollout config (`val_kwargs` when
+`rollout.name=hf` runs `transformers.generate`. Image prompts (the batch's `multi_modal_inputs`, one dict of
+processor outputs per row) go to the engine with their rows: it runs the vision tower at prefill (Qwen2-VL,
+Qwen2.5-VL; other vision-language models fall back to `hf`). Sampling comes from the rollout config (`val_kwargs` when
 `meta_info["validate"]`), overridden by `meta_info` `do_sample` / `temperature`. `n` is 1 here: the trainer repeats
 prompts itself. On CPU the engine computes in float32 (CPU bf16 matmuls are slow and would drift from the actor).
+
+Partial rollouts (weights that arrive while requests run; the engine's async step loop must be serving them):
+
+    out = await rollout.generate_sequences_async(prompts)   # every row a request of the async engine's step loop
+    await rollout.update_weights_in_flight(named_tensors, policy_version=k)   # elsewhere, on the same event loop:
+    # pause at the step boundary, load, resume; `out` then holds tokens of both versions (rollout_policy_versions)
 
 With `tensor_model_parallel_size` > 1, consecutive ranks of the worker group form one engine (parallel.py): each
 rank's chunk of prompts is gathered within its TP group, the group generates them all, and each rank returns its own
@@ -18,6 +26,7 @@ rows. The per-request API (agent loops) needs tensor_model_parallel_size=1.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -36,6 +45,7 @@ from hyflow.engine.sequence import CompletionOutput, RequestOutput
 from hyflow.protocol import DataProto
 from hyflow.rollout.batch import pack_responses, unpadded_prompts
 from hyflow.rollout.hf_rollout import HFRollout
+from hyflow.rollout.policy_versions import policy_version_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +74,33 @@ def row_sampling_params(params: SamplingParams, seed: int | None, num_rows: int)
     return [dataclasses.replace(params, seed=hash((int(seed), rank, row)) & 0xFFFFFFFF) for row in range(num_rows)]
 
 
+def row_images(multi_modal_inputs: Any, num_rows: int) -> list[dict[str, Any] | None] | None:
+    """Each row's processor outputs for the engine (None for a row without images), or None for a text batch."""
+    if multi_modal_inputs is None:
+        return None
+    rows = [row if row and row.get("pixel_values") is not None else None for row in multi_modal_inputs]
+    assert len(rows) == num_rows, "multi_modal_inputs travels with its rows"
+    return rows if any(row is not None for row in rows) else None
+
+
+def vision_markup_ids(hf_config: Any) -> list[int]:
+    """A vision-language model's image / video pad and vision start / end token ids."""
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return [i for i in (getattr(hf_config, name, None) for name in names) if i is not None]
+
+
+def without_vision_markup(output: CompletionOutput, vision_ids: list[int]) -> CompletionOutput:
+    """A response that sampled a vision markup token (a stop token of the engine's VLM requests) ends just before
+    it, finish_reason "stop": a pad token in a response would take an image slot in the training forward (the hf
+    rollout suppresses these tokens instead)."""
+    if not output.token_ids or output.token_ids[-1] not in vision_ids:
+        return output
+    versions = None if output.policy_versions is None else output.policy_versions[:-1]
+    return dataclasses.replace(
+        output, token_ids=output.token_ids[:-1], log_probs=output.log_probs[:-1], policy_versions=versions
+    )
+
+
 def engine_config_from_rollout(config: Any) -> EngineConfig:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     max_model_len = config.max_model_len or config.prompt_length + config.response_length
@@ -78,6 +115,7 @@ def engine_config_from_rollout(config: Any) -> EngineConfig:
         num_scheduler_steps=config.num_scheduler_steps,
         async_scheduling=config.async_scheduling,
         tensor_parallel_size=config.tensor_model_parallel_size,
+        partial_rollout_kv=config.partial_rollout_kv,
     )
 
 
@@ -103,56 +141,123 @@ class EngineRollout:
         self.async_engine = AsyncLLMEngine(self.engine)
         pad = tokenizer.pad_token_id if tokenizer is not None else None
         self.pad_token_id = pad if pad is not None else min(self.engine.eos_token_ids, default=0)
+        self.vision_token_ids = vision_markup_ids(self.engine.hf_config) if self.engine.vision is not None else []
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        if F.MULTI_MODAL_INPUTS in prompts.non_tensor_batch:
-            raise ValueError(
-                "the prompts carry images, but the hyflow engine has no multimodal prefill yet; set "
-                "actor_rollout_ref.rollout.name=hf (transformers.generate runs the vision-language model)."
-            )
+        prompt_ids, params, images = self._requests(prompts)
+        return self._pack(prompts, [out.outputs[0] for out in self._generate(prompt_ids, params, images)])
+
+    async def generate_sequences_async(self, prompts: DataProto) -> DataProto:
+        """`generate_sequences` with every row a request of the async engine's shared step loop, so that
+        `update_weights_in_flight` (or `pause`) on the same event loop can pause it midway: rows then carry tokens
+        of several policy versions. Needs tensor_model_parallel_size=1 (the async API's rule)."""
+        prompt_ids, params, images = self._requests(prompts)
+        rows = params if isinstance(params, list) else [params] * len(prompt_ids)
+        row_inputs = images or [None] * len(prompt_ids)
+        requests = (
+            self.async_engine.generate(prompt, p, multi_modal_inputs=inputs)
+            for prompt, p, inputs in zip(prompt_ids, rows, row_inputs)
+        )
+        return self._pack(prompts, [out.outputs[0] for out in await asyncio.gather(*requests)])
+
+    def _requests(self, prompts: DataProto) -> tuple[list[list[int]], SamplingParams | list, list | None]:
+        """The engine requests of a prompt batch: unpadded prompt ids, their sampling parameters, and each row's
+        processor outputs (None for a text batch)."""
         params = sampling_for_batch(self.config, prompts.meta_info)
+        if self.vision_token_ids:  # a response never holds vision markup (see `without_vision_markup`)
+            params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *self.vision_token_ids])
         eos = prompts.meta_info.get(F.EOS_TOKEN_ID)
         if eos is not None:
             self.engine.eos_token_ids |= set(eos if isinstance(eos, list) else [eos])
         prompt_ids = unpadded_prompts(prompts.batch[F.INPUT_IDS], prompts.batch[F.ATTENTION_MASK])
         params = row_sampling_params(params, prompts.meta_info.get(F.SEED), len(prompt_ids))
-        outputs = [out.outputs[0] for out in self._generate(prompt_ids, params)]
-        return pack_responses(
+        return prompt_ids, params, row_images(prompts.non_tensor_batch.get(F.MULTI_MODAL_INPUTS), len(prompt_ids))
+
+    def _pack(self, prompts: DataProto, outputs: list[CompletionOutput]) -> DataProto:
+        """The engine's outputs in the actor's layout, with the policy versions of the tokens and their metrics
+        (lag behind the version the engine holds now)."""
+        if self.vision_token_ids:
+            outputs = [without_vision_markup(o, self.vision_token_ids) for o in outputs]
+        out = pack_responses(
             prompts,
             [o.token_ids for o in outputs],
             [o.log_probs for o in outputs],
             [o.finish_reason for o in outputs],
             self.config.response_length,
             self.pad_token_id,
+            [o.policy_versions for o in outputs],
         )
+        batch = out.batch
+        versions = policy_version_metrics(
+            batch[F.ROLLOUT_POLICY_VERSIONS], batch[F.RESPONSE_MASK], self.engine.policy_version
+        )
+        out.meta_info[F.METRICS] = {**out.meta_info.get(F.METRICS, {}), **versions}
+        return out
 
     def _generate(
-        self, prompt_ids: list[list[int]], params: SamplingParams | list[SamplingParams]
+        self,
+        prompt_ids: list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        images: list[dict[str, Any] | None] | None = None,
     ) -> list[RequestOutput]:
-        """The engine's outputs for this rank's prompts. With tensor parallelism every rank of the TP group holds
-        its own chunk of the batch (data-parallel dispatch): the group gathers all chunks, generates all of them on
-        every rank in lockstep, and each rank keeps its own rows."""
+        """The engine's outputs for this rank's prompts (`images`: each row's processor outputs, None for a text
+        row). With tensor parallelism every rank of the TP group holds its own chunk of the batch (data-parallel
+        dispatch): the group gathers all chunks, generates all of them on every rank in lockstep, and each rank
+        keeps its own rows."""
         tp = self.engine.tp
         if tp.size == 1:
-            return self.engine.generate(prompt_ids, params)
+            return self.engine.generate(prompt_ids, params, multi_modal_inputs=images)
         rows = params if isinstance(params, list) else [params] * len(prompt_ids)
-        chunks = tp.all_gather_objects((prompt_ids, rows))
-        all_prompts = [prompt for chunk_prompts, _ in chunks for prompt in chunk_prompts]
-        all_params = [p for _, chunk_params in chunks for p in chunk_params]
-        start = sum(len(chunk_prompts) for chunk_prompts, _ in chunks[: tp.rank])
-        return self.engine.generate(all_prompts, all_params)[start : start + len(prompt_ids)]
+        chunks = tp.all_gather_objects((prompt_ids, rows, images or [None] * len(prompt_ids)))
+        all_prompts = [prompt for chunk_prompts, _, _ in chunks for prompt in chunk_prompts]
+        all_params = [p for _, chunk_params, _ in chunks for p in chunk_params]
+        all_images = [i for _, _, chunk_images in chunks for i in chunk_images]
+        start = sum(len(chunk_prompts) for chunk_prompts, _, _ in chunks[: tp.rank])
+        outputs = self.engine.generate(all_prompts, all_params, multi_modal_inputs=all_images)
+        return outputs[start : start + len(prompt_ids)]
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams | dict, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams | dict,
+        request_id: str | None = None,
+        multi_modal_inputs: dict[str, Any] | None = None,
     ) -> CompletionOutput:
-        """One request through the shared async step loop (agent loops call this concurrently)."""
-        return (await self.async_engine.generate(prompt_token_ids, params, request_id)).outputs[0]
+        """One request through the shared async step loop (agent loops call this concurrently; an image prompt
+        brings its processor outputs, `multi_modal_inputs`)."""
+        output = await self.async_engine.generate(prompt_token_ids, params, request_id, multi_modal_inputs)
+        return output.outputs[0]
 
     async def abort(self, request_id: str) -> None:
         await self.async_engine.abort(request_id)
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
-        return self.engine.load_weights(hf_weight_names(weights))
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
+        """Loads weights while no request runs in the async step loop (else use `update_weights_in_flight`)."""
+        return self.engine.load_weights(hf_weight_names(weights), policy_version)
+
+    async def pause(self) -> None:
+        """Pauses the async step loop at the step boundary; requests wait (and may be aborted) until `resume`."""
+        await self.async_engine.pause()
+
+    async def resume(self) -> None:
+        await self.async_engine.resume()
+
+    async def update_weights_in_flight(
+        self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None
+    ) -> int:
+        """Pause at the step boundary, load the weights as `policy_version`, resume: the requests in flight keep
+        their tokens and go on under the new weights (their KV cache recomputed or kept: `partial_rollout_kv`).
+        `weights` is consumed in a worker thread (the event loop keeps serving), so it may be a generator that
+        receives buckets (e.g. weight_sync.iter_bucketed_state): the engine stays paused until the last one."""
+        await self.pause()
+        try:
+            return await self.async_engine.load_weights(hf_weight_names(weights), policy_version)
+        finally:
+            await self.resume()
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
 
     def sleep(self) -> None:
         self.engine.sleep()

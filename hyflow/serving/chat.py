@@ -17,6 +17,7 @@ from typing import Any
 from hyflow.agent.chat import encode_text, render
 from hyflow.engine.sequence import CompletionOutput
 from hyflow.serving.generation import Job, generate_all, stream_all
+from hyflow.serving.images import chat_images
 from hyflow.serving.requests import (
     BadRequest,
     chat_max_tokens,
@@ -37,6 +38,7 @@ from hyflow.serving.text import TextStream, cut_at_stop
 class _Prepared:
     request: ChatCompletionRequest
     job: Job
+    images: dict[str, Any] | None  # the processor's outputs of the messages' images (images.py)
     prefix: str  # text the assistant turn was started with (a forced tool call), "" otherwise
     reads_tools: bool
     envelope: Envelope
@@ -66,11 +68,11 @@ def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
         raise
     except Exception as error:  # the template's complaint is about the client's messages
         raise BadRequest(f"the chat template rejected the messages: {error}", "messages") from error
-    ids = encode_text(state.tokenizer, text + prefix)
+    ids, images = chat_images(state, request.messages, encode_text(state.tokenizer, text + prefix))
     max_tokens = fit_max_tokens(len(ids), chat_max_tokens(request), state.max_model_len)
     top = (request.top_logprobs or 0) if request.logprobs else 0
     job = (ids, sampling_params(request, max_tokens, top))
-    return _Prepared(request, job, prefix, reads_tools, Envelope("chat.completion", state.model_name))
+    return _Prepared(request, job, images, prefix, reads_tools, Envelope("chat.completion", state.model_name))
 
 
 def _reply(state: ServingState, prepared: _Prepared, text: str) -> tuple[dict[str, Any], str | None]:
@@ -89,7 +91,7 @@ def _extras(prepared: _Prepared, out: CompletionOutput) -> dict[str, Any]:
 
 async def create_chat_completion(state: ServingState, request: ChatCompletionRequest) -> dict[str, Any]:
     prepared = _prepare(state, request)
-    (result,) = await generate_all(state.async_engine, [prepared.job], state.metrics)
+    (result,) = await generate_all(state.async_engine, [prepared.job], state.metrics, [prepared.images])
     choices = []
     for out in result.outputs:
         text, _ = cut_at_stop(out.text or "", prepared.stops, request.include_stop_str_in_output)
@@ -113,7 +115,7 @@ async def stream_chat_completion(state: ServingState, request: ChatCompletionReq
         None,
         chunk=True,
     )
-    async for _, result in stream_all(state.async_engine, [prepared.job], state.metrics):
+    async for _, result in stream_all(state.async_engine, [prepared.job], state.metrics, [prepared.images]):
         choices = []
         for out in result.outputs:
             if out.index in streams and streams[out.index] is None:

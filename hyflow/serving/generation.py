@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.config import SamplingParams
@@ -17,15 +18,22 @@ from hyflow.serving.requests import BadRequest
 from hyflow.serving.responses import new_id
 
 Job = tuple[list[int], SamplingParams]
+Images = dict[str, Any] | None  # an image prompt's processor outputs (images.py)
 
 
 def _count(metrics: ServerMetrics, output: RequestOutput) -> None:
     metrics.count_tokens(len(output.prompt_token_ids), sum(len(out.token_ids) for out in output.outputs))
 
 
-async def generate_all(engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerMetrics) -> list[RequestOutput]:
-    """The final outputs of every job, in order."""
-    tasks = [asyncio.ensure_future(engine.generate(ids, params, request_id=new_id("req"))) for ids, params in jobs]
+async def generate_all(
+    engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerMetrics, images: list[Images] | None = None
+) -> list[RequestOutput]:
+    """The final outputs of every job, in order (`images`: each job's image inputs, images.py)."""
+    images = images or [None] * len(jobs)
+    tasks = [
+        asyncio.ensure_future(engine.generate(ids, params, request_id=new_id("req"), multi_modal_inputs=job_images))
+        for (ids, params), job_images in zip(jobs, images)
+    ]
     try:
         outputs = list(await asyncio.gather(*tasks))
         for output in outputs:
@@ -39,13 +47,14 @@ async def generate_all(engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerM
 
 
 async def stream_all(
-    engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerMetrics
+    engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerMetrics, images: list[Images] | None = None
 ) -> AsyncIterator[tuple[int, RequestOutput]]:
     """(job index, its output so far) as the engine produces them, merged over the jobs; each job's last item is
     its final output (`output.finished`)."""
+    images = images or [None] * len(jobs)
     if len(jobs) == 1:  # the usual case, without the merge
         try:
-            async for output in engine.stream(*jobs[0], request_id=new_id("req")):
+            async for output in engine.stream(*jobs[0], request_id=new_id("req"), multi_modal_inputs=images[0]):
                 if output.finished:
                     _count(metrics, output)
                 yield 0, output
@@ -56,7 +65,8 @@ async def stream_all(
 
     async def pump(index: int, ids: list[int], params: SamplingParams) -> None:
         try:
-            async for output in engine.stream(ids, params, request_id=new_id("req")):
+            stream = engine.stream(ids, params, request_id=new_id("req"), multi_modal_inputs=images[index])
+            async for output in stream:
                 queue.put_nowait((index, output))
         except Exception as error:
             queue.put_nowait((index, error))

@@ -129,11 +129,14 @@ def completion_prompts(request: CompletionRequest, tokenizer: Any) -> Completion
 
 
 def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Messages as the chat template reads them: content parts joined, tool-call arguments parsed from JSON."""
+    """Messages as the chat template reads them: text parts joined (a message with images keeps its parts, each
+    image as {"type": "image"}), tool-call arguments parsed from JSON."""
     rendered = []
     for index, message in enumerate(messages):
         content = message.content
-        if isinstance(content, list):
+        if isinstance(content, list) and any(part.type == "image_url" for part in content):
+            content = [{"type": "text", "text": p.text} if p.type == "text" else {"type": "image"} for p in content]
+        elif isinstance(content, list):
             content = "\n".join(part.text for part in content)
         entry: dict[str, Any] = {"role": message.role, "content": content or ""}
         if message.name:

@@ -9,7 +9,7 @@ ignored. hyflow's extras, next to OpenAI's keys: `top_k`, `min_p`, `min_tokens`,
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +62,19 @@ class TextPart(_Strict):
     text: str
 
 
+class ImageURL(_Strict):
+    url: str  # data:image/<format>;base64,<data> (web addresses are refused: nothing is downloaded)
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Strict):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
 class FunctionCallIn(_Strict):
     name: str
     arguments: str  # a JSON object, as a string (OpenAI's shape)
@@ -75,7 +88,7 @@ class ToolCallIn(_Strict):
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None

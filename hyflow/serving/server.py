@@ -67,6 +67,7 @@ def build_state(args: argparse.Namespace) -> ServingState:
 
     from hyflow.agent.parsers import ToolParser
     from hyflow.engine.engine import LLMEngine
+    from hyflow.models.processor import load_processor
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -81,7 +82,8 @@ def build_state(args: argparse.Namespace) -> ServingState:
     engine = LLMEngine(args.model, config, tokenizer)
     parser = ToolParser.get(args.tool_call_parser, tokenizer) if args.tool_call_parser else None
     limits = ServerLimits(request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes)
-    return ServingState(engine, args.served_model_name or args.model, parser, limits)
+    processor = load_processor(args.model)  # None for a text model
+    return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -27,6 +27,7 @@ class ServingState:
     model_name: str
     tool_parser: ToolParser | None = None
     limits: ServerLimits = field(default_factory=ServerLimits)
+    processor: Any = None  # a vision-language model's processor (image parts of chat messages, images.py)
     created: int = field(default_factory=lambda: int(time.time()))
     async_engine: AsyncLLMEngine = field(init=False)
     metrics: ServerMetrics = field(init=False)

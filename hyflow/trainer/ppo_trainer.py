@@ -168,7 +168,8 @@ class PPOTrainer:
             from hyflow.agent import AgentLoopManager
 
             servers = self.workers.rollout_servers()  # one per rollout worker; a conversation stays on one
-            self.agent_manager = AgentLoopManager(config.actor_rollout_ref.rollout, self.tokenizer, servers)
+            rollout = config.actor_rollout_ref.rollout
+            self.agent_manager = AgentLoopManager(rollout, self.tokenizer, servers, processor=self.processor)
         model = config.actor_rollout_ref.model
         self._hf_config = load_model_config(model.path, model.override_config, model.trust_remote_code)
         trainer = config.trainer

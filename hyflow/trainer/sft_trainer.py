@@ -187,7 +187,7 @@ class SFTTrainer:
         total_loss = torch.zeros((), device=self.device)
         for micro in micro_batches:
             log_probs, mask = self._token_log_probs(micro)
-            loss = agg_loss(-log_probs, mask, "token-mean", global_num_tokens=num_tokens, dp_size=self.world_size)
+            loss = agg_loss(-log_probs, mask, "token-mean", batch_num_tokens=num_tokens, dp_size=self.world_size)
             loss.backward()
             total_loss += loss.detach() / self.world_size
         grad_norm, skipped = clip_grad_norm_and_step(self.module, self.optimizer, self.config.optim.clip_grad)

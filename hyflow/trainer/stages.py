@@ -78,11 +78,14 @@ def generation_input(batch: DataProto, with_chat: bool, meta_info: dict[str, Any
 
 def merge_generation(batch: DataProto, output: DataProto) -> DataProto:
     """`batch` with the rollout's output joined in: the output's tensors replace the prompt-only inputs, and its
-    non-tensor fields that `batch` already holds (copied through by the engine) are dropped."""
+    non-tensor fields that `batch` already holds (copied through by the engine) are dropped, except the
+    trajectories' `multi_modal_inputs` (an agent loop's tools may have added images), which replace the prompts'."""
     if len(output) != len(batch):
         raise ValueError(f"the rollout returned {len(output)} rows for {len(batch)} prompts; it must return one each.")
     tensors = batch.select(batch_keys=[k for k in batch.batch.keys() if k not in output.batch.keys()])  # noqa: SIM118
-    new_non_tensors = {k: v for k, v in output.non_tensor_batch.items() if k not in batch.non_tensor_batch}
+    new_non_tensors = {
+        k: v for k, v in output.non_tensor_batch.items() if k not in batch.non_tensor_batch or k == F.MULTI_MODAL_INPUTS
+    }
     merged = DataProto(
         batch=output.batch,
         non_tensor_batch={**batch.non_tensor_batch, **new_non_tensors},

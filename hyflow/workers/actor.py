@@ -136,7 +136,7 @@ class DataParallelPPOActor:
             **loss_kwargs,
         )
         dp_size = agg_kwargs["dp_size"]
-        token_share = mask.sum() / agg_kwargs["global_num_tokens"].clamp_min(1)  # this micro-batch's token weight
+        token_share = mask.sum() / agg_kwargs["batch_num_tokens"].clamp_min(1)  # this micro-batch's token weight
         metrics = {f"actor/{k}": v.detach() * token_share for k, v in pg_metrics.items()}
         metrics["actor/pg_loss"] = pg_loss.detach() / dp_size
         loss = pg_loss

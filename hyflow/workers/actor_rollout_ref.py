@@ -4,6 +4,9 @@
     wg.init_model()
     out = wg.generate_sequences(prompts)            # rollout: gathers the actor's weights into the engine first
     wg.rollout_mode(); ...; wg.trainer_mode()        # agent loops: per-request `generate_request` calls in between
+    future = wg.generate_sequences_async(prompts)                  # async training (a rollout pool): no wait
+    wg.update_rollout_weights_in_flight(weights, policy_version=k)  # meanwhile: its requests go on with new weights
+    out = future.get()                                              # rows with tokens of both versions
     old = wg.compute_log_prob(batch)                 # old_log_probs, entropys
     ref = wg.compute_ref_log_prob(batch)             # ref_log_prob
     metrics = wg.update_actor(batch).meta_info["metrics"]
@@ -198,14 +201,61 @@ class ActorRolloutRefWorker(Worker):
         return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
-    async def generate_request(self, prompt_ids: list[int], sampling_params: Any, request_id: str) -> Any:
+    async def generate_request(
+        self, prompt_ids: list[int], sampling_params: Any, request_id: str, **vision: Any
+    ) -> Any:
         """One turn of an agent loop: `await` the engine's async per-request API and return its
         `CompletionOutput` (token ids, log-probs, finish reason). Concurrent calls share the engine's continuous
         batching (on Ray, an async method makes this an async actor: calls of it run concurrently, the other
         methods one at a time). The agent-loop manager calls it on one worker per conversation
-        (`hyflow.agent.server.WorkerServer`), between the group's `rollout_mode()` and `trainer_mode()`."""
+        (`hyflow.agent.server.WorkerServer`), between the group's `rollout_mode()` and `trainer_mode()`.
+        `vision`: `multi_modal_inputs=` of a vision-language model's conversation (hyflow.agent.server)."""
         self._require(self.rollout, "generate_request", "rollout")
-        return await self.rollout.generate(prompt_ids, sampling_params, request_id=request_id)
+        return await self.rollout.generate(prompt_ids, sampling_params, request_id=request_id, **vision)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    async def generate_sequences_async(self, prompts: DataProto) -> DataProto:
+        """`generate_sequences` for asynchronous training: every row is a request of the engine's async step loop,
+        so an `update_rollout_weights_in_flight` call that arrives meanwhile pauses it at a step boundary, loads the
+        new weights and resumes (on Ray both run at once: async methods make this an async actor). Rows then hold
+        tokens of two versions (`rollout_policy_versions`). The group call does not block: it returns a future
+        (`.get()`). No weight sync from this worker's actor and no `trainer_mode`: the engine stays awake."""
+        self._require(self.rollout, "generate_sequences_async", "rollout")
+        self._require_engine("generate_sequences_async")
+        await self.rollout.async_engine.wake()
+        start = time.perf_counter()
+        output = await self.rollout.generate_sequences_async(prompts)
+        output.meta_info[F.TIMING] = {"gen/generate": time.perf_counter() - start}
+        return output
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def update_rollout_weights_in_flight(
+        self, weights: list[tuple[str, torch.Tensor]] | None = None, policy_version: int | None = None
+    ) -> dict[str, float]:
+        """Load new weights into the engine while requests run: pause at the step boundary, load, resume
+        (EngineRollout.update_weights_in_flight; the KV cache of running requests as `rollout.partial_rollout_kv`
+        says). `weights`: HF-named tensors (e.g. from the trainer pool) as `policy_version` (None: one more);
+        None: this worker's own actor's, gathered from its FSDP2 shards, as its version. Returns metrics."""
+        self._require(self.rollout, "update_rollout_weights_in_flight", "rollout")
+        self._require_engine("update_rollout_weights_in_flight")
+        start, own = time.perf_counter(), weights is None
+        if own:
+            self._require(self.actor, "update_rollout_weights_in_flight(weights=None)", "actor")
+            weights, policy_version = self.actor_weights(), self._weights_version
+        await self.rollout.update_weights_in_flight(weights, policy_version)
+        if own:
+            self._rollout_version = policy_version
+        return {
+            "rollout/weight_update_seconds": time.perf_counter() - start,
+            "rollout/policy_version": float(self.rollout.policy_version),
+        }
+
+    def _require_engine(self, method: str) -> None:
+        if not hasattr(self.rollout, "update_weights_in_flight"):
+            raise ValueError(
+                f"ActorRolloutRefWorker.{method} needs hyflow's engine (actor_rollout_ref.rollout.name=hyflow with "
+                f"a model it implements); this worker's rollout is {type(self.rollout).__name__}."
+            )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def rollout_mode(self) -> None:
@@ -215,7 +265,7 @@ class ActorRolloutRefWorker(Worker):
         self.rollout.wake()
         if self.actor is not None and self._rollout_version != self._weights_version:
             self._sync_stats = SyncStats()
-            self.rollout.load_weights(self.actor_weights(self._sync_stats))
+            self.rollout.load_weights(self.actor_weights(self._sync_stats), policy_version=self._weights_version)
             self._rollout_version = self._weights_version
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -75,7 +75,7 @@ class DataParallelPPOCritic:
             vpreds, micro[F.RETURNS], micro[F.VALUES], mask, self.config.cliprange_value, self.config.loss_agg_mode,
             **agg_kwargs,
         )  # fmt: skip
-        token_share = mask.sum() / agg_kwargs["global_num_tokens"].clamp_min(1)  # this micro-batch's token weight
+        token_share = mask.sum() / agg_kwargs["batch_num_tokens"].clamp_min(1)  # this micro-batch's token weight
         metrics = {
             "critic/vf_loss": vf_loss.detach() / agg_kwargs["dp_size"],
             "critic/vf_clipfrac": vf_clipfrac * token_share,

@@ -133,8 +133,8 @@ def accumulate_and_step(
     """One optimizer step: accumulate gradients over the micro-batches of `mini`, then clip and step.
 
     `micro_batch_loss(micro, packed, agg_kwargs)` gets each micro-batch as `micro_batch_on_device` gives it, and
-    the mini-batch's global counts for `agg_loss` (`global_num_tokens`, `global_batch_size`, `loss_scale_factor`,
-    `dp_size`); it returns the micro-batch's share of the loss and its metric contributions, which are summed.
+    the mini-batch's global counts for `agg_loss` (`dp_size`, `batch_num_tokens`, `global_batch_size`,
+    `loss_scale_factor`); it returns the micro-batch's share of the loss and its metric contributions, which are summed.
     `config` is the actor or critic config (`ppo_micro_batch_size_per_gpu`, `use_dynamic_bsz`,
     `ppo_max_token_len_per_gpu`, `grad_clip`); `metric_prefix` names the step's own metrics
     (`<metric_prefix>/grad_norm`, `/num_skipped_steps`, `/lr`).
@@ -143,7 +143,7 @@ def accumulate_and_step(
     micro_batches, _ = split_micro_batches(mini, config.ppo_micro_batch_size_per_gpu, max_token_len)
     num_tokens, num_seqs, dp_size = global_counts(mini[F.RESPONSE_MASK], device)
     agg_kwargs = {
-        "global_num_tokens": num_tokens,
+        "batch_num_tokens": num_tokens,
         "global_batch_size": num_seqs,
         "loss_scale_factor": mini[F.RESPONSES].shape[-1],
         "dp_size": dp_size,

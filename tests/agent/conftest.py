@@ -42,10 +42,11 @@ class ScriptedServer:
             return self.script(self.tokenizer.decode(prompt_ids, skip_special_tokens=False), turn)
         return self.script[min(turn, len(self.script) - 1)]
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: Any) -> TokenOutput:
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: Any, **vision) -> TokenOutput:
         turn = self.turns.get(request_id, 0)
         self.turns[request_id] = turn + 1
-        self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids), "params": sampling_params})
+        call = {"request_id": request_id, "prompt_ids": list(prompt_ids), "params": sampling_params, **vision}
+        self.calls.append(call)
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         await asyncio.sleep(self.delay)  # also without delay: yield, as a real server does
@@ -80,17 +81,21 @@ def make_server(tokenizer) -> Callable[..., ScriptedServer]:
 def make_context(tokenizer) -> Callable[..., AgentLoopContext]:
     """An AgentLoopContext over a server, with tools / interactions given as lists and multi_turn overrides."""
 
-    def make(server, tools=(), interactions=None, response_length: int = 256, **multi_turn: Any) -> AgentLoopContext:
+    def make(
+        server, tools=(), interactions=None, response_length: int = 256, processor=None, **multi_turn: Any
+    ) -> AgentLoopContext:
         config = MultiTurnConfig(enable=True, **multi_turn)
+        tok = processor.tokenizer if processor is not None else tokenizer
         return AgentLoopContext(
             server=server,
-            tokenizer=tokenizer,
+            tokenizer=tok,
             response_length=response_length,
             multi_turn=config,
-            tool_parser=ToolParser.get(config.format, tokenizer),
-            message_delta=MessageDelta(tokenizer),
+            tool_parser=ToolParser.get(config.format, tok),
+            message_delta=MessageDelta(tok),
             tools={tool.name: tool for tool in tools},
             interactions=dict(interactions or {}),
+            processor=processor,
         )
 
     return make

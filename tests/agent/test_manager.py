@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 
 import numpy as np
@@ -138,7 +139,9 @@ def test_missing_lengths_and_bad_tool_configs_fail_at_start_up(tmp_path, tokeniz
     bad = tmp_path / "bad.yaml"
     bad.write_text("tools:\n  - class_name: calculater\n")
     config.multi_turn.tool_config_path = str(bad)
-    with pytest.raises(ValueError, match=r"class_name='calculater'.*\['calculator', 'python', 'search'\]"):
+    with pytest.raises(
+        ValueError, match=r"class_name='calculater'.*\['calculator', 'image_zoom', 'python', 'search'\]"
+    ):
         AgentLoopManager(config, tokenizer, [make_server(["ok"])])
 
 
@@ -184,3 +187,31 @@ def test_a_batch_seed_gives_each_row_and_each_turn_its_own_reproducible_seed(
     assert seeds_of_a_run(seed=3) == first
     assert seeds_of_a_run(seed=4) != first
     assert seeds_of_a_run(seed=None) == [None] * 4
+
+
+class TurnVersionedServer:
+    """A scripted server whose turn k is sampled by policy version k, as if weights were loaded between turns."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    async def generate(self, request_id, prompt_ids, sampling_params):
+        turn = self.inner.turns.get(request_id, 0)
+        out = await self.inner.generate(request_id, prompt_ids, sampling_params)
+        return dataclasses.replace(out, policy_versions=[turn] * len(out.token_ids))
+
+
+def test_each_model_token_keeps_the_policy_version_that_sampled_it_and_context_tokens_have_none(
+    tmp_path, tokenizer, make_server, call_text
+):
+    server = TurnVersionedServer(make_server([call_text("calculator", expression="1 + 1"), "2"]))
+    manager = AgentLoopManager(rollout_config(tmp_path), tokenizer, [server])
+    out = manager.generate_sequences(batch(["tool_agent"], n=1))
+    versions, mask = out.batch[F.ROLLOUT_POLICY_VERSIONS][0], out.batch[F.RESPONSE_MASK][0].bool()
+    valid = out.batch[F.ATTENTION_MASK][0, 384:].bool()
+    model = versions[mask].tolist()
+    first_turn = model.count(0)
+    assert model == [0] * first_turn + [1] * (len(model) - first_turn) and 0 < first_turn < len(model)
+    assert versions[valid & ~mask].eq(-1).all() and versions[~valid].eq(-1).all()  # tool tokens, padding
+    assert out.non_tensor_batch[F.ROLLOUT_POLICY_VERSION_MIN][0] == 0
+    assert out.non_tensor_batch[F.ROLLOUT_POLICY_VERSION_MAX][0] == 1

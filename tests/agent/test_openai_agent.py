@@ -136,3 +136,38 @@ def test_an_agent_function_becomes_a_loop_class_the_yaml_can_name(tmp_path):
     loop_class = get_agent_loop_class("my_yaml_agent")
     assert loop_class.__name__ == "RunAgentLoop" and loop_class.agent.__name__ == "run"
     assert openai_agent_loop(calculator_agent).agent is calculator_agent
+
+
+@openai_agent("test_text_reward_agent")
+async def text_reward_agent(client, sample):
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    return "good"
+
+
+def test_a_reward_that_is_not_a_number_fails_the_episode_naming_the_function(make_server, make_context):
+    server = make_server(["an answer"], add_eos=True)
+    with pytest.raises(TypeError, match=r"text_reward_agent returned 'good' \(str\); it returns a number"):
+        run_loop(make_context(server), "test_text_reward_agent", SamplingParams())
+
+
+@pytest.mark.parametrize(
+    ("script", "reward", "tool_result"),
+    [
+        ([tool_call("calculator", expression="6 * 7"), "<answer>42</answer>"], 1.0, "42"),  # call ran, right answer
+        ([tool_call("calculator", expression="6 *"), "<answer>42</answer>"], 0.5, "Error: "),  # the call failed
+        (["<answer>41</answer>"], 0.05, None),  # no call, the format alone
+    ],
+)
+def test_the_demo_agent_runs_the_calculator_itself_and_rewards_the_call_and_the_answer(
+    make_server, make_context, tokenizer, script, reward, tool_result
+):
+    from hyflow.demo_openai_agent import CalculatorAgent
+
+    sample = {"raw_prompt": [{"role": "user", "content": "Compute 6 * 7."}], "reward_model": {"ground_truth": "42"}}
+    loop = CalculatorAgent(make_context(make_server(script, add_eos=True)))
+    output = asyncio.run(loop.run(SamplingParams(), request_id="episode-0", **sample))
+    assert output.extra_fields["agent_reward"] == pytest.approx(reward)
+    added = tokenizer.decode([t for t, m in zip(output.response_ids, output.response_mask) if m == 0])
+    assert (tool_result is None) == ("<tool_response>" not in added)
+    if tool_result is not None:
+        assert f"<tool_response>\n{tool_result}" in added

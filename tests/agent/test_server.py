@@ -132,8 +132,9 @@ class FakeActorMethod:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def remote(self, prompt_ids, sampling_params, request_id):
+    def remote(self, prompt_ids, sampling_params, request_id, **vision):
         self.calls.append((prompt_ids, sampling_params, request_id))
+        self.vision = vision
 
         async def result():
             return CompletionOutput(0, [len(prompt_ids), 7], [-0.5, -0.25], "stop")
@@ -153,6 +154,19 @@ def test_worker_server_calls_the_workers_async_method_once_per_turn_and_converts
     calls = handle.actor_rollout__generate_request.calls
     assert [request_id for _, _, request_id in calls] == ["conv/0", "conv/1"]  # one engine request per turn
     assert calls[0][1].max_tokens == 4
+
+
+def test_worker_server_sends_a_vision_language_turns_images_to_the_worker():
+    """The conversation's processor outputs travel with the turn (Ray pickles the tensors); text turns send none."""
+    import torch
+
+    method = FakeActorMethod()
+    server = WorkerServer(type("Handle", (), {"generate_request": method})())
+    inputs = {"pixel_values": torch.zeros(4, 8), "image_grid_thw": torch.tensor([[1, 2, 2]])}
+    asyncio.run(server.generate("conv", [1, 2], SamplingParams(max_tokens=2), multi_modal_inputs=inputs))
+    assert method.vision["multi_modal_inputs"] is inputs
+    asyncio.run(server.generate("conv", [1, 2], SamplingParams(max_tokens=2)))
+    assert method.vision == {}
 
 
 class SilentActorMethod:

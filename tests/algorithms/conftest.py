@@ -14,6 +14,7 @@ def make_actor_config(**overrides):
         clip_cov_ub=5.0,
         kl_cov_ratio=0.0002,
         ppo_kl_coef=0.1,
+        dro_beta=0.05,  # the default is None, which loss_mode=dro refuses
     )
     for key in list(overrides):
         if hasattr(policy_loss, key):

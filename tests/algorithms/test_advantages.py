@@ -135,8 +135,15 @@ def test_reinforce_plus_plus_whitens_the_discounted_return_to_go_over_model_toke
             running = r_row[t] + 0.9 * running
             row[t] = running
         naive_returns.append(row)
-    assert torch.allclose(returns * mask, torch.tensor(naive_returns), atol=1e-5)
+    assert torch.allclose(returns, torch.tensor(naive_returns), atol=1e-5)  # 0 where the mask is 0
     assert torch.allclose(advantages, torch.tensor(naive_whiten(naive_returns, mask.tolist())), atol=1e-5)
+
+
+def test_reinforce_plus_plus_carries_the_return_across_a_tool_span_and_gives_the_span_none():
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0]])
+    _, returns = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.5)
+    assert returns.tolist() == [[0.5, 1.0, 0.0, 0.0, 2.0]]
 
 
 def test_remax_subtracts_the_greedy_baseline_from_the_return_to_go():

@@ -6,6 +6,7 @@ import torch
 from hyflow.algorithms import (
     LOSS_AGG_MODES,
     compute_policy_loss_cispo,
+    compute_policy_loss_dro,
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
     compute_policy_loss_vanilla,
@@ -79,7 +80,7 @@ def test_policy_losses_summed_over_micro_batches_with_global_counts_equal_the_fu
     mask[0, 0] = 1.0  # every row keeps a valid token so both seq counts agree
     fn = get_policy_loss_fn(loss_name)
     full, _ = fn(old, new, adv, mask, mode, actor_config())
-    counts = {"global_num_tokens": mask.sum(), "global_batch_size": (mask.sum(-1) > 0).sum()}
+    counts = {"batch_num_tokens": mask.sum(), "global_batch_size": (mask.sum(-1) > 0).sum()}
     parts = [
         fn(old[i : i + 2], new[i : i + 2], adv[i : i + 2], mask[i : i + 2], mode, actor_config(), **counts)[0]
         for i in (0, 2, 4)
@@ -149,3 +150,23 @@ def test_metrics_are_detached_tensors(actor_config):
         _, metrics = get_policy_loss_fn(name)(old, new, adv, mask, "token-mean", actor_config())
         assert set(metrics) == {"pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"}
         assert all(isinstance(v, torch.Tensor) and not v.requires_grad for v in metrics.values())
+
+
+def test_dro_is_the_policy_gradient_minus_a_squared_log_ratio_penalty(actor_config):
+    old, new, adv, mask = _inputs(seed=6)
+    config = actor_config(dro_beta=0.1)
+    loss, metrics = compute_policy_loss_dro(old, new, adv, mask, "token-mean", config)
+    per_token = [
+        -(n * a - 0.05 * (n - o) ** 2)
+        for o, n, a, m in zip(*(t.flatten().tolist() for t in (old, new, adv, mask)))
+        if m
+    ]
+    assert math.isclose(loss.item(), sum(per_token) / len(per_token), rel_tol=1e-5)
+    assert metrics["pg_clipfrac"].item() == 0.0
+
+
+@pytest.mark.parametrize("beta", [None, 0.0])
+def test_dro_without_a_positive_beta_names_the_key(actor_config, beta):
+    old, new, adv, mask = _inputs()
+    with pytest.raises(ValueError, match=r"policy_loss\.dro_beta"):
+        compute_policy_loss_dro(old, new, adv, mask, "token-mean", actor_config(dro_beta=beta))

@@ -99,3 +99,19 @@ def test_verls_vectorized_estimator_names_select_the_same_vectorised_estimators(
     assert get_adv_estimator_fn("grpo_vectorized") is compute_grpo_outcome_advantage
     assert get_adv_estimator_fn("rloo_vectorized") is compute_rloo_outcome_advantage
     assert compute_grpo_vectorized_outcome_advantage is compute_grpo_outcome_advantage
+
+
+def test_a_registry_rebound_to_a_plain_dict_receives_registrations_and_lookups(monkeypatch):
+    from hyflow.algorithms import registry
+
+    replacement = {"gae": lambda x: x * 2}
+    monkeypatch.setattr(registry, "ADV_ESTIMATOR_REGISTRY", replacement)
+
+    @register_adv_est("test_rebound")
+    def rebound(x):
+        return x
+
+    assert replacement["test_rebound"] is rebound
+    assert get_adv_estimator_fn("gae")(5) == 10
+    with pytest.raises(ValueError, match=r"Registered: \['gae', 'test_rebound'\]"):
+        get_adv_estimator_fn("missing")

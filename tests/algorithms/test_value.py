@@ -27,8 +27,18 @@ def test_value_loss_forwards_global_counts_so_micro_batches_add_up():
     full, _ = compute_value_loss(vpreds, returns, values, mask, 0.2)
     parts = [
         compute_value_loss(
-            vpreds[i : i + 1], returns[i : i + 1], values[i : i + 1], mask[i : i + 1], 0.2, global_num_tokens=mask.sum()
+            vpreds[i : i + 1], returns[i : i + 1], values[i : i + 1], mask[i : i + 1], 0.2, batch_num_tokens=mask.sum()
         )[0]
         for i in range(4)
     ]
     assert torch.allclose(sum(parts), full, atol=1e-6)
+
+
+def test_value_loss_takes_verls_keywords_in_verls_order():
+    torch.manual_seed(2)
+    vpreds, returns, values = torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3)
+    mask = torch.ones(2, 3)
+    positional, _ = compute_value_loss(vpreds, returns, values, mask, 0.2, "token-mean", 2, torch.tensor(12.0))
+    by_name, _ = compute_value_loss(vpreds, returns, values, mask, 0.2, dp_size=2, batch_num_tokens=torch.tensor(12.0))
+    alone, _ = compute_value_loss(vpreds, returns, values, mask, 0.2)
+    assert torch.equal(positional, by_name) and torch.allclose(positional, alone)  # 2 ranks x 6/12 of the tokens

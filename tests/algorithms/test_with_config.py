@@ -37,7 +37,7 @@ def test_every_built_in_policy_loss_accepts_the_actor_config(loss_mode):
     new = (old + 0.1 * torch.randn(4, 8)).requires_grad_(True)
     loss, metrics = get_policy_loss_fn(loss_mode)(
         old, new, torch.randn(4, 8), torch.ones(4, 8), config.loss_agg_mode, config,
-        global_num_tokens=torch.tensor(32.0), global_batch_size=torch.tensor(4), dp_size=1, rollout_log_probs=old,
+        batch_num_tokens=torch.tensor(32.0), global_batch_size=torch.tensor(4), dp_size=1, rollout_log_probs=old,
     )  # fmt: skip
     loss.backward()
     assert torch.isfinite(loss) and new.grad.abs().sum() > 0

@@ -98,8 +98,9 @@ def test_the_defaults_alone_load_into_the_same_values_as_the_dataclasses():
     loaded = load_config([])
     built = PPOTrainerConfig()
 
-    # the one value filled at load: no micro-batch size given means the whole per-device mini-batch
-    filled = dataclasses.replace(built.actor_rollout_ref.actor, ppo_micro_batch_size_per_gpu=256)
+    # the values filled at load: no micro-batch size given means the whole per-device mini-batch; rollout_n
+    # inherits actor_rollout_ref.rollout.n
+    filled = dataclasses.replace(built.actor_rollout_ref.actor, ppo_micro_batch_size_per_gpu=256, rollout_n=1)
     assert loaded.actor_rollout_ref.actor == filled
     assert loaded.data == built.data
     assert loaded.algorithm == built.algorithm

@@ -121,3 +121,13 @@ def test_a_model_without_data_is_rejected_since_the_embedded_default_stands_in_f
 
     assert problem.startswith("data.train_files is not set, but actor_rollout_ref.model.path is")
     assert problem.endswith("Fix: set data.train_files too, or leave out both.")
+
+
+def test_a_tokenizer_folder_needs_a_saved_tokenizer_not_a_model_config(home):
+    (home / "tokenizer").mkdir()
+    (home / "tokenizer" / "tokenizer.json").write_text("{}")
+    config = load_config([*GRPO, MODEL, TRAIN, "actor_rollout_ref.model.tokenizer_path=~/tokenizer"])
+    assert config.actor_rollout_ref.model.tokenizer_path == f"{home}/tokenizer"
+
+    (problem,) = _problems([*GRPO, MODEL, TRAIN, "actor_rollout_ref.model.tokenizer_path=~/data"])
+    assert problem.startswith(f"actor_rollout_ref.model.tokenizer_path='{home}/data' is not a local folder with")

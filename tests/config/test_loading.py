@@ -169,3 +169,11 @@ def test_validating_a_loaded_config_again_changes_nothing(gsm8k_grpo_example):
 
     assert check_config(loaded, check_files=False) == loaded
     assert loaded.critic.ppo_micro_batch_size is None and loaded.critic.ppo_micro_batch_size_per_gpu == 2
+
+
+def test_the_actors_rollout_n_follows_rollout_n_unless_set_as_in_verl():
+    from hyflow.config.actor_rollout_ref import ActorConfig
+
+    config = load_config(["actor_rollout_ref.rollout.n=4", "algorithm.adv_estimator=grpo"], check_files=False)
+    assert config.actor_rollout_ref.actor.rollout_n == 4
+    assert ActorConfig(strategy="fsdp", rollout_n=2, ppo_micro_batch_size_per_gpu=1).rollout_n == 2

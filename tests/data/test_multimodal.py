@@ -97,9 +97,3 @@ def test_overlong_filtering_counts_image_tokens(write_rows, processor):
     kept = dataset(write_rows(rows), processor, max_prompt_length=40, filter_overlong_prompts=True)
     assert len(kept) == 1
     assert kept[0][F.MULTI_MODAL_INPUTS]["image_grid_thw"].tolist() == [[1, 4, 4]]
-
-
-def test_rows_with_videos_are_refused_with_the_reason(write_rows, processor):
-    row = {**image_row(), "videos": ["/tmp/clip.mp4"]}
-    with pytest.raises(ValueError, match=r"column 'videos': video inputs are not supported"):
-        dataset(write_rows([row]), processor)

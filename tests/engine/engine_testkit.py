@@ -4,6 +4,7 @@ seed (nothing downloaded), the `transformers` greedy reference, and the engine's
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 
 import pytest
@@ -96,3 +97,33 @@ def assert_same_outputs(actual: list[list[tuple]], expected: list[list[tuple]]) 
             torch.testing.assert_close(torch.tensor(log_probs), torch.tensor(expected_log_probs), atol=1e-5, rtol=1e-5)
             if expected_raw is not None:
                 torch.testing.assert_close(torch.tensor(raw), torch.tensor(expected_raw), atol=1e-5, rtol=1e-5)
+
+
+def rescore(
+    models: dict[int, torch.nn.Module], prompt: list[int], tokens: list[int], versions: list[int]
+) -> tuple[torch.Tensor, list[int]]:
+    """A full forward of prompt + tokens under the weights of each token's version: at each token, its log-prob
+    (log_softmax: temperature 1, no filters) and the greedy choice (argmax) for that position. `models[v]` holds
+    the weights of version v = 0, 1, ..."""
+    assert list(models) == list(range(len(models))), "models must map versions 0, 1, ... in order"
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():  # (num versions, num tokens, V)
+        log_probs = torch.stack(
+            [model(ids).logits[0, len(prompt) - 1 : -1].log_softmax(-1) for model in models.values()]
+        )
+    per_token = log_probs[torch.tensor(versions), torch.arange(len(tokens))]  # (num tokens, V)
+    return per_token.gather(1, torch.tensor(tokens)[:, None])[:, 0], per_token.argmax(-1).tolist()
+
+
+def pause_after_steps(engine, num_steps: int) -> None:
+    """Makes the engine pause itself at the end of its `num_steps`-th step from now: a step boundary that does not
+    depend on timing, for tests that load weights while an async step loop runs (they wait for `engine.paused`)."""
+    step, count = engine.step, itertools.count(1)
+
+    def counted_step():
+        finished = step()
+        if next(count) == num_steps:
+            engine.pause()
+        return finished
+
+    engine.step = counted_step

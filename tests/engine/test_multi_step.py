@@ -192,7 +192,7 @@ def test_the_graph_path_buffers_and_padding_give_the_single_stepengine_outputs(h
     # raw log-probs are on throughout.
     assert {key[0] for key in graphs.window_graphs} == {4}
     assert len(graphs.window_graphs) == (1 if full_width_tables else 2)
-    assert all(key[2:] == (True, True) for key in graphs.window_graphs)
+    assert all(key[2:] == (True, True, False) for key in graphs.window_graphs)  # no image rows: no rotary shift
 
 
 def test_advance_feeds_the_sampled_tokens_at_the_next_positions_and_parks_idle_rows_on_scratch():

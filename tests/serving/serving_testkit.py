@@ -29,11 +29,13 @@ class ScriptedAsyncEngine(AsyncLLMEngine):
         outputs = [CompletionOutput(k, ids, [-0.5] * len(ids), reason, None, text) for k in range(params.n)]
         return RequestOutput("scripted", prompt, outputs)
 
-    async def generate(self, prompt_token_ids, params=None, request_id=None) -> RequestOutput:
+    async def generate(self, prompt_token_ids, params=None, request_id=None, multi_modal_inputs=None) -> RequestOutput:
         self.prompts.append(list(prompt_token_ids))
         return self._output(prompt_token_ids, params)
 
-    async def stream(self, prompt_token_ids, params=None, request_id=None) -> AsyncIterator[RequestOutput]:
+    async def stream(
+        self, prompt_token_ids, params=None, request_id=None, multi_modal_inputs=None
+    ) -> AsyncIterator[RequestOutput]:
         self.prompts.append(list(prompt_token_ids))
         total = len(self.engine.tokenizer.encode(self.reply, add_special_tokens=False))
         for count in range(1, min(total, params.max_tokens), 3):

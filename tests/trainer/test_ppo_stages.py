@@ -76,3 +76,14 @@ def test_sampling_seeds_are_stable_and_differ_across_steps_and_generation_batche
 
     assert len(seeds) == 49 * 3
     assert stages.sampling_seed(1, 2, 0) == stages.sampling_seed(1, 2, 0) != stages.sampling_seed(2, 2, 0)
+
+
+def test_an_agent_loops_multi_modal_inputs_replace_the_prompts_in_the_merged_batch():
+    """A tool may have added images to a trajectory: its inputs, not the prompt's, go to training."""
+    prompt_inputs = [{"image_grid_thw": torch.tensor([[1, 2, 2]])}] * 2
+    trajectory_inputs = [{"image_grid_thw": torch.tensor([[1, 2, 2], [1, 4, 4]])}] * 2
+    batch = stages.new_prompt_batch({**prompt_dict(), F.MULTI_MODAL_INPUTS: stages.object_array(prompt_inputs)})
+    output = fake_rollout(stages.generation_input(batch, with_chat=True, meta_info={}))
+    output.non_tensor_batch[F.MULTI_MODAL_INPUTS] = stages.object_array(trajectory_inputs)
+    merged = stages.merge_generation(batch, output)
+    assert [len(row["image_grid_thw"]) for row in merged.non_tensor_batch[F.MULTI_MODAL_INPUTS]] == [2, 2]

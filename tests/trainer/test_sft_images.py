@@ -59,3 +59,34 @@ def test_sft_on_image_rows_lowers_the_loss_and_saves_a_folder_with_its_processor
     model = AutoModelForImageTextToText.from_pretrained(folder)
     assert torch.isfinite(model.model.visual.merger.mlp[0].weight).all()
     assert load_processor(folder).image_token_id == model.config.image_token_id
+
+
+def test_sft_rows_with_a_video_expand_its_pads_untrained_beside_the_rl_prompt_tokens(assets, tmp_path):
+    import io
+
+    from PIL import Image
+
+    from hyflow.data.prepare import write_parquet
+
+    def png(colour):
+        buffer = io.BytesIO()
+        Image.new("RGB", (56, 56), colour).save(buffer, format="PNG")
+        return {"bytes": buffer.getvalue(), "path": None}
+
+    row = {
+        "data_source": "clips",
+        "prompt": [{"role": "user", "content": "<video>Which colour comes last?"}],
+        "videos": [[png(c) for c in ("red", "green", "blue")]],
+        "reward_model": {"style": "rule", "ground_truth": "blue"},
+        "extra_info": {"answer": "blue"},
+    }
+    path = str(tmp_path / "clips.parquet")
+    write_parquet([row], path)
+    processor = load_processor(assets["model"])
+    config = SFTDataConfig(response_key="extra_info.answer", max_length=128)
+    item = SFTDataset(path, processor.tokenizer, config, processor=processor)[0]
+    prompt_ids = RLHFDataset(path, processor.tokenizer, DataConfig(), processor).prompt_ids[0]
+    assert item[F.INPUT_IDS][: len(prompt_ids)].tolist() == prompt_ids
+    video_pads = item[F.INPUT_IDS] == processor.video_token_id
+    assert int(video_pads.sum()) == 8 and item[LOSS_MASK][video_pads].sum() == 0  # 3 frames -> a (2, 4, 4) grid
+    assert item[F.MULTI_MODAL_INPUTS]["video_grid_thw"].tolist() == [[2, 4, 4]]

@@ -109,3 +109,19 @@ def test_ppo_with_a_vlm_critic_trains_both_on_the_images(assets, tmp_path):
     assert math.isfinite(metrics["critic/vf_loss"])
     changed = {name for name in before if not torch.equal(before[name], after[name])}
     assert "value_head.weight" in changed and any(".visual." in name for name in changed)  # it sees the images
+
+
+def test_grpo_on_images_with_the_native_engine_rollout_trains_the_vlm(assets, tmp_path):
+    overrides = [o for o in vision_overrides(assets, tmp_path) if not o.startswith("actor_rollout_ref.rollout.name=")]
+    trainer = PPOTrainer(load_config([*overrides, "actor_rollout_ref.rollout.name=hyflow", "trainer.save_freq=-1"]))
+    trainer.init_workers()
+    worker = trainer.workers.local_role(ACTOR_ROLLOUT)
+    assert type(worker.rollout).__name__ == "EngineRollout" and worker.rollout.engine.vision is not None
+    before = weights(worker.actor.module)
+    try:
+        metrics = trainer.fit()
+    finally:
+        trainer.close()
+    after = weights(worker.actor.module)
+    assert math.isfinite(metrics["actor/pg_loss"]) and metrics["response_length/mean"] > 0
+    assert any(".visual." in name and not torch.equal(before[name], after[name]) for name in before)

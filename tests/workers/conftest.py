@@ -81,3 +81,49 @@ def image_batch(vlm_path, tmp_path_factory):
     )
     data.batch[F.ADVANTAGES] = torch.randn(6, IMAGE_RESPONSE_LENGTH, generator=generator)
     return data
+
+
+def _png(color, size=(56, 56)):
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="PNG")
+    return {"bytes": buffer.getvalue(), "path": None}
+
+
+@pytest.fixture(scope="session")
+def video_batch(vlm_path, tmp_path_factory):
+    """4 rows: a 4-frame video, a 3-frame video with an image, a 2-frame video, text only; random responses, in
+    the layout the rollout hands the actor (M-RoPE positions, per-row multi_modal_inputs with video inputs)."""
+    from hyflow.data.prepare import write_parquet
+
+    colors = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (250, 250, 0)]
+    contents = [
+        ("<video>What moves?", 4, 0),
+        ("<image>and<video>?", 3, 1),
+        ("<video>Which colour?", 2, 0),
+        ("Hi", 0, 0),
+    ]
+    rows = []
+    for content, num_frames, num_images in contents:
+        rows.append({
+            "data_source": "clips",
+            "prompt": [{"role": "user", "content": content}],
+            "videos": [[_png(c) for c in colors[:num_frames]]] if num_frames else [],
+            "images": [_png(colors[3], (84, 56))] * num_images,
+            "reward_model": {"style": "rule", "ground_truth": "red"},
+        })  # fmt: skip
+    path = str(tmp_path_factory.mktemp("clips") / "clips.parquet")
+    write_parquet(rows, path)
+    processor = load_processor(vlm_path)
+    dataset = RLHFDataset(path, processor.tokenizer, DataConfig(max_prompt_length=64), processor)
+    prompts = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    generator = torch.Generator().manual_seed(1)
+    responses = [torch.randint(3, 300, (int(n),), generator=generator).tolist() for n in [5, 3, 1, 4]]
+    data = pack_responses(
+        prompts, responses, [[0.0] * len(r) for r in responses], ["stop"] * 4, IMAGE_RESPONSE_LENGTH, 0
+    )
+    data.batch[F.ADVANTAGES] = torch.randn(4, IMAGE_RESPONSE_LENGTH, generator=generator)
+    return data

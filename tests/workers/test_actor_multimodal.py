@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
 
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorConfig
@@ -13,34 +12,15 @@ from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.micro_batch_loop import ForwardSettings
 from hyflow.workers.optim import build_optimizer
+from tests.vlm_reference import plain_transformers_log_probs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-RESPONSE_LENGTH = 5
 
-
-def plain_transformers_log_probs(path, data):
-    """Each row alone through the Hugging Face model with its own images, full logits, log-softmax, gather."""
-    model = AutoModelForImageTextToText.from_pretrained(path).eval()
-    rows = []
-    for i in range(len(data)):
-        mask = data.batch[F.ATTENTION_MASK][i].bool()
-        input_ids = data.batch[F.INPUT_IDS][i][mask][None]
-        inputs = data.non_tensor_batch[F.MULTI_MODAL_INPUTS][i]
-        mm_token_type_ids = (input_ids == model.config.image_token_id).long()
-        with torch.no_grad():
-            logits = model(input_ids=input_ids, mm_token_type_ids=mm_token_type_ids, **inputs).logits[0]
-        response = data.batch[F.RESPONSES][i]
-        num_tokens = int(data.batch[F.RESPONSE_MASK][i].sum())
-        lp = torch.log_softmax(logits[-num_tokens - 1 : -1].float(), -1).gather(-1, response[:num_tokens, None])
-        rows.append(torch.nn.functional.pad(lp[:, 0], (0, RESPONSE_LENGTH - num_tokens)))
-    return torch.stack(rows)
-
-
-def build_actor(path, **overrides):
+def build_actor(path, remove_padding=False, **overrides):
     config = ActorConfig(ppo_mini_batch_size=6, **overrides)
     config.optim.lr = 1e-2
-    policy = PolicyModel(load_causal_lm(path), chunk_size=7)
+    policy = PolicyModel(load_causal_lm(path), chunk_size=7, remove_padding=remove_padding)
     return DataParallelPPOActor(config, policy, build_optimizer(policy.parameters(), config.optim), mini_batch_size=6)
 
 
@@ -85,3 +65,31 @@ def test_a_qwen2_5_vl_gets_the_same_treatment(tmp_path, image_batch):
     log_probs, _ = build_actor(path).compute_log_prob(image_batch, ForwardSettings(micro_batch_size=4))
     torch.testing.assert_close(log_probs, plain_transformers_log_probs(path, image_batch), rtol=1e-4, atol=1e-4)
     assert freeze_vision_tower(load_causal_lm(path)) > 0
+
+
+@pytest.mark.parametrize("cut", [{"micro_batch_size": 4}, {"micro_batch_size": 3}, {"max_token_len": 70}])
+def test_log_probs_with_videos_equal_a_plain_transformers_forward(vlm_path, video_batch, cut):
+    log_probs, _ = build_actor(vlm_path).compute_log_prob(video_batch, ForwardSettings(**cut))
+    torch.testing.assert_close(log_probs, plain_transformers_log_probs(vlm_path, video_batch), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cut", [{"micro_batch_size": 4}, {"max_token_len": 80}])
+@pytest.mark.parametrize("rows", ["image_batch", "video_batch"])
+def test_packed_micro_batches_of_vision_rows_give_the_padded_log_probs(vlm_path, request, rows, cut):
+    """use_remove_padding: the rows' real tokens packed into one sequence (M-RoPE positions packed row by row,
+    varlen attention in the language model only), with fixed-size or token-budget micro-batches."""
+    data = request.getfixturevalue(rows)
+    packed, _ = build_actor(vlm_path, remove_padding=True).compute_log_prob(data, ForwardSettings(**cut))
+    torch.testing.assert_close(packed, plain_transformers_log_probs(vlm_path, data), rtol=1e-4, atol=1e-4)
+
+
+def test_a_packed_update_on_image_rows_equals_the_padded_update(vlm_path, image_batch):
+    states = []
+    for remove_padding in (False, True):
+        torch.manual_seed(0)
+        actor = build_actor(vlm_path, remove_padding=remove_padding, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=80)
+        image_batch.meta_info[F.TEMPERATURE] = 1.0
+        actor.update_policy(image_batch)
+        states.append({k: v.clone() for k, v in actor.module.state_dict().items()})
+    for name, value in states[0].items():
+        torch.testing.assert_close(value, states[1][name], rtol=1e-4, atol=1e-4, msg=name)

@@ -1,9 +1,11 @@
 """ActorRolloutRefWorker and CriticWorker through a LocalWorkerGroup (one process, world size 1)."""
 
+import asyncio
 import copy
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorRolloutRefConfig
@@ -13,6 +15,9 @@ from hyflow.controller.errors import WorkerError
 from hyflow.protocol import DataProto
 from hyflow.workers.actor_rollout_ref import ActorRolloutRefWorker
 from hyflow.workers.critic_worker import CriticWorker
+
+from ..engine.engine_testkit import pause_after_steps, rescore
+from ..rollout.rollout_testkit import prompt_batch
 
 
 def actor_rollout_ref_config(path: str, lora_rank: int = 0) -> ActorRolloutRefConfig:
@@ -173,3 +178,35 @@ def test_the_log_prob_pass_takes_its_settings_from_the_workers_config_not_from_t
     torch.testing.assert_close(got, expected)
     at_one, _ = actor.compute_log_prob(copy.deepcopy(data), ForwardSettings(temperature=1.0))
     assert not torch.allclose(got, at_one)
+
+
+@pytest.mark.timeout(300)
+def test_a_rollout_worker_takes_weights_in_flight_and_its_rows_record_both_versions(tiny_model_path):
+    config = actor_rollout_ref_config(tiny_model_path)
+    config.rollout.response_length = 10
+    worker = make_group(config, actor=False, rollout=True).worker  # a rollout-only worker, as in a split placement
+    old = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    new = copy.deepcopy(old)
+    with torch.no_grad():
+        for param in new.parameters():
+            param.add_(torch.randn_like(param) * 0.05 * param.std())
+    prompts = [[5, 9, 13, 17], [11, 4, 8]]
+    pause_after_steps(worker.rollout.engine, 2)
+
+    async def main():
+        generating = asyncio.create_task(worker.generate_sequences_async(prompt_batch(prompts, seed=1)))
+        while not worker.rollout.engine.paused:  # it pauses itself after its second step
+            await asyncio.sleep(0.001)
+        metrics = await worker.update_rollout_weights_in_flight(list(new.state_dict().items()), policy_version=5)
+        return await generating, metrics
+
+    out, metrics = asyncio.run(main())
+    assert metrics["rollout/policy_version"] == 5.0
+    mask = out.batch[F.RESPONSE_MASK].bool()
+    for i, prompt in enumerate(prompts):
+        versions = out.batch[F.ROLLOUT_POLICY_VERSIONS][i][mask[i]].tolist()
+        cut = versions.count(0)
+        assert versions == [0] * cut + [5] * (len(versions) - cut) and 0 < cut < len(versions)
+        tokens = out.batch[F.RESPONSES][i][mask[i]].tolist()
+        expected, _ = rescore({0: old, 1: new}, prompt, tokens, [int(v == 5) for v in versions])
+        torch.testing.assert_close(out.batch[F.ROLLOUT_LOG_PROBS][i][mask[i]], expected, atol=1e-4, rtol=1e-4)

@@ -13,8 +13,13 @@ from hyflow.workers.micro_batch_loop import ForwardSettings
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def test_critic_values_on_image_rows_equal_a_plain_forward_of_each_row_with_its_images(vlm_path, image_batch):
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_critic_values_on_image_rows_equal_a_plain_forward_of_each_row_with_its_images(
+    vlm_path, image_batch, remove_padding
+):
     critic = load_value_model(vlm_path)
+    if remove_padding:  # packed rows, M-RoPE positions packed alike, varlen attention in the language model
+        critic.enable_remove_padding()
     torch.nn.init.normal_(critic.value_head.weight, std=0.1)  # a fresh head predicts 0 everywhere
     worker = DataParallelPPOCritic(CriticConfig(), critic)
     data = image_batch
@@ -32,8 +37,3 @@ def test_critic_values_on_image_rows_equal_a_plain_forward_of_each_row_with_its_
         expected = critic.value_head(hidden[0, -num_tokens - 1 : -1]).squeeze(-1)
         torch.testing.assert_close(values[i, :num_tokens], expected.detach(), rtol=1e-4, atol=1e-5)
         assert not values[i, num_tokens:response_length].any()
-
-
-def test_a_vlm_critic_refuses_remove_padding_with_the_fix(vlm_path):
-    with pytest.raises(ValueError, match=r"critic\.model\.use_remove_padding=False"):
-        load_value_model(vlm_path).enable_remove_padding()

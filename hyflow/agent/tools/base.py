@@ -26,8 +26,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 @dataclass
 class ToolResponse:
-    """What a tool call returns to the conversation. Only `text` reaches the model: the agent loops are text-only,
-    and they log a warning and drop `image` / `video` (accepted so that verl tools load unchanged)."""
+    """What a tool call returns to the conversation: `text`, and `image` (PIL images, `{"bytes", "path"}` or file
+    paths), which a vision-language model sees in front of the text (`hyflow.agent.vision`; a text-only model's loop
+    drops them with a warning). `video` is accepted so that verl tools load, and dropped with a warning."""
 
     text: str | None = None
     image: list[Any] | None = None
@@ -93,15 +94,19 @@ class BaseTool(ABC):
     """A tool the model can call. Subclasses implement `execute`; override the other hooks when they hold state.
 
     `config_class` is the dataclass of the tool's settings; `default_schema` lets a YAML entry omit
-    `tool_schema`. `self.name` is the function name in the schema, the name the model calls.
+    `tool_schema`. `self.name` is the function name in the schema, the name the model calls. A tool that works on
+    the sample's images sets `takes_images = True`.
     """
 
     config_class: ClassVar[type] = ToolConfig
     default_schema: ClassVar[dict[str, Any] | None] = None
+    takes_images: ClassVar[bool] = False  # True: `create` gets the prompt's images as `image_data=[PIL images]`
 
-    def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | Any | None = None) -> None:
         self.config = build_config(self.config_class, config, where=f"tool {type(self).__name__}")
         schema = tool_schema if tool_schema is not None else self.default_schema
+        if hasattr(schema, "model_dump"):  # an OpenAIFunctionToolSchema (hyflow.agent.tools.schemas)
+            schema = schema.model_dump(exclude_none=True)
         if schema is None:
             raise ValueError(
                 f"tool {type(self).__name__} has no tool_schema: add a `tool_schema:` to its entry in the tool config "
@@ -110,6 +115,12 @@ class BaseTool(ABC):
         self.tool_schema = validate_tool_schema(schema)
         self.name: str = self.tool_schema["function"]["name"]
         self.instances: dict[str, dict[str, Any]] = {}
+
+    def get_openai_tool_schema(self) -> Any:
+        """The schema as an `OpenAIFunctionToolSchema` (verl's accessor); `self.tool_schema` is the plain dict."""
+        from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
+
+        return OpenAIFunctionToolSchema.model_validate(self.tool_schema)
 
     def missing_arguments(self, arguments: dict[str, Any]) -> list[str]:
         """Required parameters of the schema that a call left out."""

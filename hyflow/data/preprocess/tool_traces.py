@@ -62,9 +62,15 @@ def trace_messages(question: str, expression: str, value: int) -> list[dict[str,
 
 
 def make_rows(
-    num_rows: int, seed: int, split: str = "train", num_digits: int = 3, operators: str = "*"
+    num_rows: int,
+    seed: int,
+    split: str = "train",
+    num_digits: int = 3,
+    operators: str = "*",
+    agent_name: str = AGENT_NAME,
 ) -> list[dict[str, Any]]:
-    """`num_rows` rows (see the module docstring); the same arguments always give the same rows."""
+    """`num_rows` rows (see the module docstring), each run by the agent loop `agent_name`; the same arguments
+    always give the same rows."""
     if num_digits < 1:
         raise ValueError(f"tool_traces: num_digits={num_digits} must be >= 1 (digits of each operand).")
     if not operators or any(op not in "+-*" for op in operators):
@@ -75,7 +81,7 @@ def make_rows(
         expression, value = make_problem(rng, num_digits, operators)
         question = f"Compute {expression}. {INSTRUCTION}"
         row = make_row(DATA_SOURCE, question, "tool_use", str(value), split, index, expression=expression)
-        row["agent_name"] = AGENT_NAME
+        row["agent_name"] = agent_name
         row["messages"] = trace_messages(question, expression, value)
         row["tools"] = json.dumps([TOOL_SCHEMA])
         rows.append(row)

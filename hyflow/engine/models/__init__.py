@@ -3,6 +3,10 @@
     model = load_model("path/to/hf_folder", dtype=torch.bfloat16, device="cuda", max_positions=4096)
     model = load_model(hf_module)                    # a `transformers` model: config + state dict, no disk
     model = load_model(path, tp=TensorParallel.from_world(2))   # this rank's tensor-parallel shard (parallel.py)
+    vision = load_vision(path, dtype=torch.bfloat16, device="cuda")   # a VLM's vision tower (None: a text model)
+
+A vision-language model (Qwen2-VL, Qwen2.5-VL) is its decoder, built here from `config.text_config`, plus
+transformers' vision tower for the family (vision.py), which the engine runs at prefill.
 
 `is_supported(hf_config)` says whether the engine can run an architecture; others fall back to `rollout.name=hf`.
 """
@@ -11,13 +15,21 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 from hyflow.engine.models.llama import DecoderArgs, DecoderForCausalLM
+from hyflow.engine.models.vision import (
+    VISION_PREFIXES,
+    VISION_TOWERS,
+    VisionTower,
+    decoder_weights,
+    has_vision,
+    load_vision_tower,
+)
 from hyflow.engine.parallel import TensorParallel
 
 # HF architecture name -> decoder family (the switches `DecoderArgs.from_hf` applies).
@@ -26,6 +38,8 @@ ARCHITECTURES: dict[str, str] = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen2VLForConditionalGeneration": "qwen2",  # + the vision tower (vision.py)
+    "Qwen2_5_VLForConditionalGeneration": "qwen2",
 }
 
 
@@ -35,6 +49,8 @@ def family_of(hf_config: Any) -> str | None:
         if arch in ARCHITECTURES:
             return ARCHITECTURES[arch]
     model_type = getattr(hf_config, "model_type", None)
+    if model_type in VISION_TOWERS:  # a vision-language config without `architectures`
+        return "qwen2"
     return model_type if model_type in ARCHITECTURES.values() else None
 
 
@@ -59,7 +75,7 @@ def build_model(
             f"hyflow engine (supported: {sorted(ARCHITECTURES)}); set rollout.name=hf to use "
             "transformers.generate for it"
         )
-    args = DecoderArgs.from_hf(hf_config, family, max_positions)
+    args = DecoderArgs.from_hf(hf_config.get_text_config(), family, max_positions)
     args = args.sharded(tp.size, tp.rank)
     with torch.device(device):
         model = DecoderForCausalLM(args, tp)
@@ -67,8 +83,9 @@ def build_model(
     return model.eval().requires_grad_(False)
 
 
-def iter_safetensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every tensor in the `*.safetensors` files of a Hugging Face folder."""
+def iter_safetensors(path: str, keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor in the `*.safetensors` files of a Hugging Face folder (whose name `keep`
+    accepts: the others are not read)."""
     from safetensors import safe_open
 
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
@@ -80,7 +97,8 @@ def iter_safetensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
     for file in files:
         with safe_open(file, framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open handles are not dicts)
-                yield name, handle.get_tensor(name)
+                if keep is None or keep(name):
+                    yield name, handle.get_tensor(name)
 
 
 def load_model(
@@ -98,6 +116,24 @@ def load_model(
         from transformers import AutoConfig
 
         hf_config, weights = AutoConfig.from_pretrained(source), iter_safetensors(source)
-    model = build_model(hf_config, max_positions or hf_config.max_position_embeddings, dtype, device, tp)
-    model.load_weights(weights)
+    max_positions = max_positions or hf_config.get_text_config().max_position_embeddings
+    model = build_model(hf_config, max_positions, dtype, device, tp)
+    model.load_weights(decoder_weights(weights) if has_vision(hf_config) else weights)
     return model
+
+
+def load_vision(
+    source: str | nn.Module, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> VisionTower | None:
+    """The vision tower of a vision-language folder or in-memory `transformers` model, with its weights; None for a
+    text model."""
+    if isinstance(source, nn.Module):
+        hf_config, weights = source.config, source.state_dict().items()
+    else:
+        from transformers import AutoConfig
+
+        hf_config = AutoConfig.from_pretrained(source)
+        weights = iter_safetensors(source, keep=lambda name: name.startswith(VISION_PREFIXES))
+    if not has_vision(hf_config):
+        return None
+    return load_vision_tower(hf_config, weights, dtype, device)

@@ -28,6 +28,7 @@ from torch import nn
 
 from hyflow.engine import triton_rope
 from hyflow.engine.attention import AttentionMasks, AttentionMetadata, paged_attention, write_kv_cache
+from hyflow.engine.models.mrope import rotary_embedding
 from hyflow.engine.models.ops import add_rms_norm, rms_norm, silu_and_mul
 from hyflow.engine.models.rope import RotaryEmbedding, rope_parameters
 from hyflow.engine.parallel import ShardLayout, TensorParallel
@@ -189,7 +190,8 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.fused_rope_cache and q.is_cuda and triton_rope.available():  # one launch instead of three
+        # one launch instead of three (not for the three position rows of an image prefill, mrope.py)
+        if self.fused_rope_cache and q.is_cuda and positions.dim() == 1 and triton_rope.available():
             q = triton_rope.rope_and_write_cache(
                 q, k, v, self.rotary.cos, self.rotary.sin, positions, kv_cache[0], kv_cache[1], meta.slot_mapping
             )
@@ -244,7 +246,7 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     def __init__(self, args: DecoderArgs, tp: TensorParallel) -> None:
         super().__init__()
-        self.rotary = RotaryEmbedding(args.head_dim, args.max_positions, args.rope)
+        self.rotary = rotary_embedding(args.head_dim, args.max_positions, args.rope)
         layout = args.layout
         self.embed_tokens = VocabParallelEmbedding(layout.vocab_rows, args.hidden_size, layout.vocab_start, tp)
         self.layers = nn.ModuleList(DecoderLayer(args, self.rotary, tp) for _ in range(args.num_layers))
@@ -280,10 +282,14 @@ class DecoderForCausalLM(nn.Module):
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         block_size: int,
+        input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Hidden states (T, E) of the new tokens; their K/V land in `kv_caches` (one (k, v) pair per layer)."""
+        """Hidden states (T, E) of the new tokens; their K/V land in `kv_caches` (one (k, v) pair per layer).
+        `input_embeds` (T, E) replaces the token embeddings (an image prefill's, vision_inputs.py); `positions` are
+        (T,), or (3, T) M-RoPE rows (mrope.py)."""
         masks = AttentionMasks(meta, block_size)
-        x, residual = self.model.embed_tokens(input_ids), None
+        x = self.model.embed_tokens(input_ids) if input_embeds is None else input_embeds
+        residual = None
         for layer, kv_cache, window in zip(self.model.layers, kv_caches, self.args.sliding_windows):
             x, residual = layer(positions, x, residual, kv_cache, meta, masks, window)
         return self.model.norm.add_forward(x, residual)[0]

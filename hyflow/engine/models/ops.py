@@ -13,6 +13,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from hyflow.engine import triton_kernels
+
 
 def fused_on_cuda(fn: Callable) -> Callable:
     """Runs `fn` through `torch.compile` (dynamic shapes, compiled on first use) for CUDA tensors."""
@@ -67,7 +69,14 @@ def apply_rope(
 
 
 @fused_on_cuda
-def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """SwiGLU's inner product: silu(gate) * up, with gate and up the two halves of the fused projection."""
+def _silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's inner product: silu(gate) * up, with gate and up the two halves of the fused projection (on CUDA
+    with Triton: triton_kernels.silu_and_mul, computed in fp32 and rounded once, as the compiled op does)."""
+    if gate_up.is_cuda and triton_kernels.available():
+        return triton_kernels.silu_and_mul(gate_up)
+    return _silu_and_mul(gate_up)

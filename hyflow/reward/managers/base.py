@@ -15,6 +15,13 @@ and is flagged in the per-row extra `reward_non_finite` (`on_non_finite="zero"`)
 (`FAILURE_FLAGS`: the prime manager's errors, crashes and timeouts, and non-finite scores) become the metrics
 `reward/<kind>_count` (`hyflow.reward.metrics`); when at least `stop_at_failed_fraction` of a batch's rows failed,
 the run stops with a `RewardFunctionError` instead of training on zeros.
+
+Rewards an agent program returned (`openai_agent`: the non-tensor field `agent_reward`) come first: a row whose
+`agent_reward` is a number takes it as its score, and the scoring function is not called for it (the row needs no
+`ground_truth`, and a manager's own shaping, such as dapo's overlong penalty, does not apply); `rm_scores`, when the
+batch has them, are added as for rule rows. A row whose `agent_reward` is None (the function returned None), or a
+batch without the field, is scored as above. The per-row extra `reward_from_agent` (1/0) says which rows took it.
+A NaN or ±inf agent reward follows `on_non_finite` like a scorer's.
 """
 
 from __future__ import annotations
@@ -78,6 +85,14 @@ def reward_style(data: DataProto, row: int) -> str:
     """`reward_model.style` of a row ("rule" when the row does not say)."""
     info = _non_tensor(data, F.REWARD_MODEL, row) or {}
     return info.get("style") or "rule"
+
+
+def agent_rewards(data: DataProto) -> dict[int, float]:
+    """{row: reward} for the rows whose `agent_reward` is set (an agent function returned a number)."""
+    values = data.non_tensor_batch.get(F.AGENT_REWARD)
+    if values is None:
+        return {}
+    return {row: float(value) for row, value in enumerate(values) if value is not None}
 
 
 def decode_batch(tokenizer: Any, data: DataProto, rows: list[int], reward_fn_key: str) -> ScoringBatch:
@@ -160,9 +175,10 @@ class RewardManager:
         """(B, R) float32 scores on each row's last valid response token, or {"reward_tensor",
         "reward_extra_info"} when `return_dict`."""
         num_rows, response_len = data.batch[F.RESPONSES].shape
-        rule_rows = [row for row in range(num_rows) if reward_style(data, row) != "model"]
+        from_agent = self._checked_agent_rewards(data)
+        rule_rows = [row for row in range(num_rows) if row not in from_agent and reward_style(data, row) != "model"]
         has_rm = F.RM_SCORES in data.batch
-        if len(rule_rows) < num_rows and not has_rm:
+        if len(rule_rows) + len(from_agent) < num_rows and not has_rm:
             raise ValueError(
                 "rows with reward_model.style='model' need a reward model score, but the batch has no 'rm_scores'; "
                 "set reward_model.enable=True and reward_model.model.path, or give those rows style 'rule'."
@@ -172,16 +188,36 @@ class RewardManager:
         scores, extra = self._checked_scores(batch, results)
         self._stop_if_failing(batch, extra)
         reward_tensor = torch.zeros(num_rows, response_len, dtype=torch.float32)
-        for row, length, value in zip(batch.rows, batch.response_lengths, scores):
-            if length > 0:  # an empty response has no token to carry a reward
-                reward_tensor[row, length - 1] = value
+        lengths = response_lengths(data).tolist()
+        placed = [*zip(batch.rows, scores), *from_agent.items()]
+        for row, value in placed:
+            if lengths[row] > 0:  # an empty response has no token to carry a reward
+                reward_tensor[row, lengths[row] - 1] = value
         if has_rm:
             reward_tensor += data.batch[F.RM_SCORES].float().cpu()
         extra_info = {key: self._all_rows(values, batch.rows, num_rows) for key, values in extra.items()}
+        if F.AGENT_REWARD in data.non_tensor_batch:
+            extra_info["reward_from_agent"] = [float(row in from_agent) for row in range(num_rows)]
         self._examine(batch, scores)
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": extra_info}
         return reward_tensor
+
+    def _checked_agent_rewards(self, data: DataProto) -> dict[int, float]:
+        """`agent_rewards(data)`, a NaN or ±inf one an error or 0 as `on_non_finite` says."""
+        rewards = agent_rewards(data)
+        for row, value in rewards.items():
+            if math.isfinite(value):
+                continue
+            where = f"row {row}: the agent function's reward (non-tensor field 'agent_reward') is {value}"
+            if self.on_non_finite == "error":
+                raise RewardFunctionError(
+                    f"{where}. Return a finite number (or None to have the response scored), or set "
+                    "reward_model.on_non_finite=zero to score such rows 0."
+                )
+            logger.warning("%s: scored 0 (reward_model.on_non_finite=zero)", where)
+            rewards[row] = 0.0
+        return rewards
 
     def _where(self, batch: ScoringBatch, i: int) -> str:
         return (

@@ -42,7 +42,10 @@ def test_tools_load_by_built_in_name_or_import_path_with_config_and_schema(tmp_p
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("- class_name: calculater", r"class_name='calculater' is neither a built-in.*\['calculator', 'python'"),
+        (
+            "- class_name: calculater",
+            r"class_name='calculater' is neither a built-in.*\['calculator', 'image_zoom', 'python'",
+        ),
         ("- class_name: hyflow.agent.tools.nope.Tool", "cannot be imported"),
         ("- class_name: hyflow.agent.tools.base.ToolResponse", "is not a subclass of BaseTool"),
         ("- {class_name: calculator, confg: {}}", r"unknown: \['confg'\]"),
@@ -60,3 +63,47 @@ def test_a_missing_file_or_a_wrong_shape_names_the_config_key(tmp_path):
         initialize_tools_from_config(tmp_path / "absent.yaml")
     with pytest.raises(ValueError, match="must hold a list of mappings under 'tools:'"):
         initialize_tools_from_config(write(tmp_path, "tool:\n  - class_name: calculator\n"))
+
+
+FUNCTION_TOOLS = '''
+from hyflow.agent.tools import function_tool
+
+
+@function_tool
+def shout(text: str) -> str:
+    """Upper-case a text.
+
+    Args:
+        text: what to shout.
+    """
+    return text.upper()
+'''
+
+
+def test_load_all_tools_adds_the_function_tools_of_a_python_file_to_the_yaml_tools(tmp_path):
+    import asyncio
+
+    from hyflow.agent.tools.registry import load_all_tools
+
+    (tmp_path / "my_tools.py").write_text(FUNCTION_TOOLS)
+    yaml_path = write(tmp_path, "tools:\n  - class_name: calculator\n")
+    tools = load_all_tools(yaml_path, tmp_path / "my_tools.py")
+    assert [tool.name for tool in tools] == ["calculator", "shout"]
+    response, _, _ = asyncio.run(tools[1].execute("id", {"text": "hi"}))
+    assert response.text == "HI"
+    assert load_all_tools(None, None) == []
+
+
+def test_load_all_tools_refuses_a_function_tool_named_like_a_yaml_tool(tmp_path):
+    from hyflow.agent.tools.registry import load_all_tools
+
+    (tmp_path / "clash.py").write_text(FUNCTION_TOOLS.replace("def shout", "def calculator"))
+    with pytest.raises(ValueError, match=r"function tools \['calculator'\].*unique"):
+        load_all_tools(write(tmp_path, "tools:\n  - class_name: calculator\n"), tmp_path / "clash.py")
+
+
+def test_load_all_tools_names_a_missing_python_file(tmp_path):
+    from hyflow.agent.tools.registry import load_all_tools
+
+    with pytest.raises(ValueError, match=r"function_tool_path=.*nope\.py.*is not a file"):
+        load_all_tools(None, tmp_path / "nope.py")
