@@ -53,6 +53,7 @@ from hyflow.protocol_verl import VerlDataProtoMethods, fold_batch_dim, unfold_ba
 __all__ = [
     "AUTO_PADDING_KEY",
     "DataProto",
+    "DataProtoConfig",
     "DataProtoError",
     "DataProtoFuture",
     "deserialize_single_tensor",
@@ -69,6 +70,14 @@ __all__ = [
 
 # meta_info flag (verl's name) that lets `chunk` cut rows that do not divide into near-equal parts.
 AUTO_PADDING_KEY = "_verl_auto_padding"
+
+
+class DataProtoConfig:
+    """Process-wide DataProto settings, as verl's: `DataProtoConfig.auto_padding = True` turns auto padding on for
+    every DataProto of this process (not only those built with `auto_padding=True`)."""
+
+    auto_padding: bool = False
+
 
 Index = int | slice | torch.Tensor | np.ndarray | Sequence[int] | Sequence[bool]
 
@@ -330,8 +339,8 @@ class DataProto(VerlDataProtoMethods):
         return self._take(torch.from_numpy(rows), rows)
 
     def is_padding_enabled(self) -> bool:
-        """Whether `chunk` may cut uneven parts (meta_info's auto-padding flag)."""
-        return bool(self.meta_info.get(AUTO_PADDING_KEY, False))
+        """Whether `chunk` may cut uneven parts (meta_info's auto-padding flag, or `DataProtoConfig.auto_padding`)."""
+        return bool(self.meta_info.get(AUTO_PADDING_KEY, False)) or DataProtoConfig.auto_padding
 
     def pad_to_divisor(self, divisor: int) -> tuple[DataProto, int]:
         """Append copies of the first rows (cycling) until the rows divide by `divisor`; return (padded, pad_size)."""

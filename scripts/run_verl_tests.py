@@ -13,6 +13,7 @@ porting guide (docs/howto/port_verl.md) lists them with the reason.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ MODULES = [
     ("verl.workers.reward_manager", "hyflow.reward.managers"),
     ("verl.utils.reward_score", "hyflow.reward.scorers"),
     ("verl.protocol", "hyflow.protocol"),
+    ("verl.utils.ray_utils", "hyflow.controller.ray_objects"),
     ("verl.utils.tensordict_utils", "hyflow.utils.tensordict_utils"),
     ("verl.base_config", "hyflow.config.base_config"),
     ("verl.utils.device", "hyflow.utils.device"),
@@ -95,8 +97,14 @@ def run_file(test_file: Path, workdir: Path, timeout_s: int) -> str:
         str(workdir),
         str(test_file),
     ]
+    # Ray's workers import a test module's plain classes by the name pytest gave the module: put its folder on
+    # their path, as pytest puts it on the driver's.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(test_file.parent), os.environ.get("PYTHONPATH")])),
+    }
     try:
-        result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout_s)
+        result = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout_s} s"
     lines = [line for line in result.stdout.splitlines() if line.strip()]

@@ -313,6 +313,15 @@ def test_chunk_with_auto_padding_cuts_near_equal_parts():
     assert [part.batch["x"].tolist() for part in data.chunk(2)] == [[0, 1, 2], [3, 4]]
 
 
+def test_the_process_wide_auto_padding_setting_lets_every_dataproto_chunk_uneven_rows(monkeypatch):
+    from hyflow.protocol import DataProtoConfig
+
+    monkeypatch.setattr(DataProtoConfig, "auto_padding", True)
+    data = DataProto.from_dict({"x": torch.arange(5)})
+    assert data.is_padding_enabled()
+    assert [len(part) for part in data.chunk(2)] == [3, 2]
+
+
 def test_concat_with_different_keys_lists_the_differing_keys():
     with pytest.raises(ValueError) as info:
         DataProto.concat([make_proto(2), make_proto(2).select(batch_keys=["input_ids"])])

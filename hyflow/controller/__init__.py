@@ -12,10 +12,12 @@
     out = wg.double(data)                                    # split over 4 actors, results joined in order
     wg = LocalWorkerGroup(RayClassWithInitArgs(Doubler))     # same API, one worker, in this process
 
-Files: decorator.py (register, Dispatch, Execute, dispatch/collect functions), worker.py (Worker),
-worker_group.py (WorkerGroup: dispatch → execute → collect), local.py (LocalWorkerGroup), colocate.py
-(create_colocated_worker_cls), ray_pool.py (init_ray, RayResourcePool), ray_group.py (RayWorkerGroup),
-errors.py (WorkerError, WorkerDiedError, WorkerTimeoutError).
+Files: decorator.py (register, Dispatch, Execute, dispatch/collect functions, DISPATCH_MODE_FN_REGISTRY),
+dynamic_enum.py (DynamicEnum, which Dispatch is), nd_dispatch.py (make_nd_compute_dataproto_dispatch_fn),
+worker.py (Worker, its mesh records), worker_group.py (WorkerGroup: dispatch → execute → collect), local.py
+(LocalWorkerGroup), colocate.py (create_colocated_worker_cls / _raw_cls / _cls_fused), ray_pool.py (init_ray,
+RayResourcePool, split_resource_pool, merge_resource_pool), ray_group.py (RayWorkerGroup), ray_objects.py
+(parallel_put), errors.py (WorkerError, WorkerDiedError, WorkerTimeoutError, ControllerUsageError).
 
 Importing this package does not import Ray: the Ray names below are loaded on first use.
 """
@@ -25,9 +27,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hyflow.controller.colocate import create_colocated_worker_cls
+from hyflow.controller.colocate import (
+    create_colocated_worker_cls,
+    create_colocated_worker_cls_fused,
+    create_colocated_worker_raw_cls,
+)
 from hyflow.controller.decorator import Dispatch, Execute, register, register_dispatch_mode, update_dispatch_mode
-from hyflow.controller.errors import WorkerDiedError, WorkerError, WorkerGroupError, WorkerTimeoutError
+from hyflow.controller.errors import (
+    ControllerUsageError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerGroupError,
+    WorkerTimeoutError,
+)
 from hyflow.controller.local import LocalWorkerGroup
 from hyflow.controller.worker import Worker
 from hyflow.controller.worker_group import ClassWithInitArgs, WorkerGroup
@@ -39,10 +51,14 @@ _RAY_NAMES = {
     "RayResourcePool": "hyflow.controller.ray_pool",
     "init_ray": "hyflow.controller.ray_pool",
     "RayWorkerGroup": "hyflow.controller.ray_group",
+    "parallel_put": "hyflow.controller.ray_objects",
+    "split_resource_pool": "hyflow.controller.ray_pool",
+    "merge_resource_pool": "hyflow.controller.ray_pool",
 }
 
 __all__ = [
     "ClassWithInitArgs",
+    "ControllerUsageError",
     "Dispatch",
     "Execute",
     "LocalWorkerGroup",
@@ -56,9 +72,14 @@ __all__ = [
     "WorkerGroupError",
     "WorkerTimeoutError",
     "create_colocated_worker_cls",
+    "create_colocated_worker_cls_fused",
+    "create_colocated_worker_raw_cls",
     "init_ray",
+    "merge_resource_pool",
+    "parallel_put",
     "register",
     "register_dispatch_mode",
+    "split_resource_pool",
     "update_dispatch_mode",
 ]
 

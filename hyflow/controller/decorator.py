@@ -26,9 +26,13 @@ Built-in modes (`Dispatch`):
 - `DP_COMPUTE_PROTO_WITH_FUNC`: like `DP_COMPUTE_PROTO`, with a function as the first argument sent to every rank.
 - `RANK_ZERO`: the call runs on rank 0 only, with the arguments as given; the result is rank 0's result.
 
-Custom modes, as in verl: `register_dispatch_mode("my_mode", dispatch_fn, collect_fn)` then
-`@register(dispatch_mode="my_mode")` (or `Dispatch.my_mode`), `update_dispatch_mode(mode, dispatch_fn, collect_fn)`
-to replace a mode's pair, or `dispatch_mode={"dispatch_fn": f, "collect_fn": g}` directly.
+- nd-compute, `make_nd_compute_dataproto_dispatch_fn(mesh_name)`: the batch is cut into one chunk per
+  data-parallel rank of a device mesh, not per worker (nd_dispatch.py).
+
+Custom modes, as in verl: `register_dispatch_mode("my_mode", dispatch_fn, collect_fn)` adds the member
+`Dispatch.MY_MODE` (`Dispatch` is a `DynamicEnum`) used as `@register(dispatch_mode=Dispatch.MY_MODE)` or by name;
+`update_dispatch_mode(mode, dispatch_fn, collect_fn)` replaces a mode's pair; `dispatch_mode={"dispatch_fn": f,
+"collect_fn": g}` passes a pair directly. `DISPATCH_MODE_FN_REGISTRY` (member → pair) is the one table of modes.
 """
 
 from __future__ import annotations
@@ -38,11 +42,14 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict
 
+from hyflow.controller.dynamic_enum import DynamicEnum
+from hyflow.controller.nd_dispatch import make_nd_compute_dataproto_dispatch_fn
 from hyflow.protocol import DataProto, DataProtoFuture
 
 __all__ = [
+    "DISPATCH_MODE_FN_REGISTRY",
     "PADDING_SIZE_KEY",
     "REGISTER_ATTR",
     "Dispatch",
@@ -57,6 +64,8 @@ __all__ = [
     "dispatch_dp_compute_data_proto",
     "dispatch_one_to_all",
     "get_dispatch_mode",
+    "get_predefined_dispatch_fn",
+    "make_nd_compute_dataproto_dispatch_fn",
     "register",
     "register_dispatch_mode",
     "resolve_future_args",
@@ -70,16 +79,36 @@ PADDING_SIZE_KEY = "_hyflow_padding_size"
 REGISTER_ATTR = "__hyflow_register__"
 
 
-class Dispatch(Enum):
-    """How a group call's arguments are split over the ranks and its results joined (see the module docstring)."""
+class Dispatch(DynamicEnum):
+    """How a group call's arguments are split over the ranks and its results joined (see the module docstring).
 
-    ONE_TO_ALL = "one_to_all"
-    ALL_TO_ALL = "all_to_all"
-    DP_COMPUTE = "dp_compute"
-    DP_COMPUTE_PROTO = "dp_compute_proto"
-    DP_COMPUTE_PROTO_WITH_FUNC = "dp_compute_proto_with_func"
-    DP_COMPUTE_METRIC = "dp_compute_metric"
-    RANK_ZERO = "rank_zero"
+    Built-in members: RANK_ZERO, ONE_TO_ALL, ALL_TO_ALL, DP_COMPUTE, DP_COMPUTE_PROTO, DP_COMPUTE_PROTO_WITH_FUNC,
+    DP_COMPUTE_METRIC; `register_dispatch_mode` adds more.
+    """
+
+    _registry: dict[str, Dispatch] = {}
+    _next_value = 0
+
+    # The built-in members, set below by `Dispatch.register` (declared here for readers and type checkers).
+    RANK_ZERO: Dispatch
+    ONE_TO_ALL: Dispatch
+    ALL_TO_ALL: Dispatch
+    DP_COMPUTE: Dispatch
+    DP_COMPUTE_PROTO: Dispatch
+    DP_COMPUTE_PROTO_WITH_FUNC: Dispatch
+    DP_COMPUTE_METRIC: Dispatch
+
+
+for _name in (
+    "RANK_ZERO",
+    "ONE_TO_ALL",
+    "ALL_TO_ALL",
+    "DP_COMPUTE",
+    "DP_COMPUTE_PROTO",
+    "DP_COMPUTE_PROTO_WITH_FUNC",
+    "DP_COMPUTE_METRIC",
+):
+    Dispatch.register(_name)
 
 
 class Execute(Enum):
@@ -93,9 +122,8 @@ DispatchFn = Callable[..., tuple[tuple, dict]]  # (worker_group, *args, **kwargs
 CollectFn = Callable[[Any, list], Any]  # (worker_group, per-rank outputs) -> the call's result
 
 
-@dataclass(frozen=True)
-class DispatchMode:
-    """A dispatch function and the collect function that undoes it."""
+class DispatchMode(TypedDict):
+    """A dispatch function and the collect function that undoes it (verl's `{"dispatch_fn", "collect_fn"}` dict)."""
 
     dispatch_fn: DispatchFn
     collect_fn: CollectFn
@@ -105,7 +133,7 @@ class DispatchMode:
 class MethodSpec:
     """What `@register` records on a worker method."""
 
-    dispatch_mode: Dispatch | str | DispatchMode
+    dispatch_mode: Dispatch | DispatchMode
     execute_mode: Execute
     blocking: bool
     materialize_futures: bool
@@ -209,59 +237,84 @@ def collect_dp_compute_data_proto(worker_group: Any, outputs: list) -> Any:
     return DataProto.concat(outputs)
 
 
-_DISPATCH_MODES: dict[Dispatch | str, DispatchMode] = {
-    Dispatch.ONE_TO_ALL: DispatchMode(dispatch_one_to_all, collect_all_to_all),
-    Dispatch.ALL_TO_ALL: DispatchMode(dispatch_all_to_all, collect_all_to_all),
-    Dispatch.DP_COMPUTE: DispatchMode(dispatch_dp_compute, collect_dp_compute),
-    Dispatch.DP_COMPUTE_PROTO: DispatchMode(dispatch_dp_compute_data_proto, collect_dp_compute_data_proto),
-    Dispatch.DP_COMPUTE_PROTO_WITH_FUNC: DispatchMode(
-        dispatch_dp_compute_data_proto_with_func, collect_dp_compute_data_proto
-    ),
-    Dispatch.DP_COMPUTE_METRIC: DispatchMode(dispatch_dp_compute_data_proto, collect_dp_compute),
-    Dispatch.RANK_ZERO: DispatchMode(dispatch_all_to_all, collect_rank_zero),
+def _pair(dispatch_fn: DispatchFn, collect_fn: CollectFn) -> DispatchMode:
+    return {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn}
+
+
+# The one table of dispatch modes (verl's name): Dispatch member -> {"dispatch_fn", "collect_fn"}.
+DISPATCH_MODE_FN_REGISTRY: dict[Dispatch, DispatchMode] = {
+    Dispatch.ONE_TO_ALL: _pair(dispatch_one_to_all, collect_all_to_all),
+    Dispatch.ALL_TO_ALL: _pair(dispatch_all_to_all, collect_all_to_all),
+    Dispatch.DP_COMPUTE: _pair(dispatch_dp_compute, collect_dp_compute),
+    Dispatch.DP_COMPUTE_PROTO: _pair(dispatch_dp_compute_data_proto, collect_dp_compute_data_proto),
+    Dispatch.DP_COMPUTE_PROTO_WITH_FUNC: _pair(dispatch_dp_compute_data_proto_with_func, collect_dp_compute_data_proto),
+    Dispatch.DP_COMPUTE_METRIC: _pair(dispatch_dp_compute_data_proto, collect_dp_compute),
+    Dispatch.RANK_ZERO: _pair(dispatch_all_to_all, collect_rank_zero),
 }
 
 
-def register_dispatch_mode(name: str, dispatch_fn: DispatchFn, collect_fn: CollectFn) -> None:
-    """Add a custom dispatch mode, usable as `@register(dispatch_mode=name)`.
+def _check_pair(where: str, dispatch_fn: Any, collect_fn: Any) -> None:
+    if not (callable(dispatch_fn) and callable(collect_fn)):
+        raise ValueError(f"{where} needs two callables: dispatch_fn and collect_fn.")
+
+
+def _check_dispatch_mode(dispatch_mode: Any) -> None:
+    """A `Dispatch` member, or a dict with the keys `dispatch_fn` and `collect_fn` (else ValueError)."""
+    if isinstance(dispatch_mode, dict):
+        if set(dispatch_mode) != {"dispatch_fn", "collect_fn"}:
+            raise ValueError(
+                "a dispatch_mode dict needs exactly the keys 'dispatch_fn' and 'collect_fn', got "
+                f"{sorted(dispatch_mode)}."
+            )
+        _check_pair("a dispatch_mode dict", dispatch_mode["dispatch_fn"], dispatch_mode["collect_fn"])
+    elif not isinstance(dispatch_mode, Dispatch):
+        raise ValueError(
+            f"dispatch_mode must be a Dispatch member or a {{'dispatch_fn', 'collect_fn'}} dict, got "
+            f"{dispatch_mode!r}. Members: {Dispatch.names()}."
+        )
+
+
+def register_dispatch_mode(name: str, dispatch_fn: DispatchFn, collect_fn: CollectFn) -> Dispatch:
+    """Add the mode `Dispatch.<NAME>` (upper-cased, as in verl) and return it.
 
     `dispatch_fn(worker_group, *args, **kwargs) -> (args, kwargs)` with per-rank lists (verl's contract);
     `collect_fn(worker_group, outputs) -> result`.
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a custom dispatch mode needs a non-empty string name, got {name!r}.")
-    if name in _DISPATCH_MODES or name in {d.value for d in Dispatch}:
-        raise ValueError(f"dispatch mode {name!r} is already registered; pick another name.")
-    if not (callable(dispatch_fn) and callable(collect_fn)):
-        raise ValueError(f"register_dispatch_mode({name!r}, ...) needs two callables: dispatch_fn and collect_fn.")
-    _DISPATCH_MODES[name] = DispatchMode(dispatch_fn, collect_fn)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a custom dispatch mode needs a Python identifier as its name, got {name!r}.")
+    if name in Dispatch:
+        raise ValueError(f"dispatch mode {name.upper()!r} is already registered; pick another name.")
+    _check_pair(f"register_dispatch_mode({name!r}, ...)", dispatch_fn, collect_fn)
+    mode = Dispatch.register(name)
+    DISPATCH_MODE_FN_REGISTRY[mode] = _pair(dispatch_fn, collect_fn)
+    return mode
 
 
 def update_dispatch_mode(mode: Dispatch | str, dispatch_fn: DispatchFn, collect_fn: CollectFn) -> None:
     """Replace the pair of an existing mode (built-in or registered), as verl's `update_dispatch_mode` does."""
-    if mode not in _DISPATCH_MODES:
+    member = Dispatch.from_name(mode) if isinstance(mode, str) else mode
+    if member not in DISPATCH_MODE_FN_REGISTRY:
         raise ValueError(f"update_dispatch_mode: {mode!r} is not a dispatch mode; register it first.")
-    if not (callable(dispatch_fn) and callable(collect_fn)):
-        raise ValueError(f"update_dispatch_mode({mode!r}, ...) needs two callables: dispatch_fn and collect_fn.")
-    _DISPATCH_MODES[mode] = DispatchMode(dispatch_fn, collect_fn)
+    _check_pair(f"update_dispatch_mode({mode!r}, ...)", dispatch_fn, collect_fn)
+    DISPATCH_MODE_FN_REGISTRY[member] = _pair(dispatch_fn, collect_fn)
 
 
-def get_dispatch_mode(mode: Dispatch | str | DispatchMode | dict) -> DispatchMode:
-    """The dispatch/collect pair for a `Dispatch` member, a registered name, or an explicit pair."""
-    if isinstance(mode, DispatchMode):
-        return mode
+def get_predefined_dispatch_fn(dispatch_mode: Dispatch) -> DispatchMode:
+    """The `{"dispatch_fn", "collect_fn"}` pair of a `Dispatch` member (verl's name)."""
+    return DISPATCH_MODE_FN_REGISTRY[dispatch_mode]
+
+
+def get_dispatch_mode(mode: Dispatch | str | dict) -> DispatchMode:
+    """The dispatch/collect pair for a `Dispatch` member, a registered name (any case), or an explicit pair."""
     if isinstance(mode, dict):
-        if set(mode) != {"dispatch_fn", "collect_fn"}:
-            raise ValueError(
-                f"a dispatch_mode dict needs exactly the keys 'dispatch_fn' and 'collect_fn', got {sorted(mode)}."
-            )
-        return DispatchMode(mode["dispatch_fn"], mode["collect_fn"])
-    if mode in _DISPATCH_MODES:
-        return _DISPATCH_MODES[mode]
-    known = [d.name for d in Dispatch] + [m for m in _DISPATCH_MODES if isinstance(m, str)]
+        _check_dispatch_mode(mode)
+        return _pair(mode["dispatch_fn"], mode["collect_fn"])
+    member = Dispatch.from_name(mode) if isinstance(mode, str) else mode
+    if member in DISPATCH_MODE_FN_REGISTRY:
+        return DISPATCH_MODE_FN_REGISTRY[member]
     raise ValueError(
-        f"unknown dispatch_mode {mode!r}. Allowed: {known}; add your own with register_dispatch_mode(name, "
-        "dispatch_fn, collect_fn)."
+        f"unknown dispatch_mode {mode!r}. Allowed: {[m.name for m in DISPATCH_MODE_FN_REGISTRY]}; add your own "
+        "with register_dispatch_mode(name, dispatch_fn, collect_fn)."
     )
 
 

@@ -8,6 +8,10 @@ one clear message in the controller rather than a stack trace from deep inside a
 - `WorkerTimeoutError`: the call did not finish within its timeout.
 
 All three derive from `WorkerGroupError`, so a caller can catch the family with one `except`.
+
+`ControllerUsageError` is a misuse of the controller's API in the caller's own code (a mesh registered twice,
+nothing to put): a ValueError, and an AssertionError too, because verl asserts in the same places, so ported code
+that catches either keeps working.
 """
 
 from __future__ import annotations
@@ -70,3 +74,7 @@ class WorkerTimeoutError(WorkerGroupError):
         self.ranks = list(ranks)
         self.nodes = list(nodes)
         self.timeout_s = timeout_s
+
+
+class ControllerUsageError(ValueError, AssertionError):
+    """The controller's API was called in a way it does not allow; the message names the value and the fix."""

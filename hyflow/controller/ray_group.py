@@ -6,7 +6,8 @@
     wg.my_method(data)                              # dispatch → MyWorker.my_method on 4 actors → collect
 
 Rank r's actor is named `<name_prefix>_rank<r>` and starts with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT in its environment. The rendezvous address (rank 0's node and a free port there) is
+MASTER_ADDR and MASTER_PORT in its environment (and verl's RAY_LOCAL_WORLD_SIZE, WG_PREFIX, WG_BACKEND), plus the
+group's `worker_env`. The rendezvous address (rank 0's node and a free port there) is
 picked by a small task on that node before any actor starts, so every actor starts at once and a worker may join
 `torch.distributed` inside its `__init__`, as in verl. A new
 group can attach to running actors by name: `RayWorkerGroup.from_detached(name_prefix=..., ray_cls_with_init=...)`.
@@ -45,17 +46,60 @@ RANK_TAG = "_rank"
 ANSI_COLOR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the first line of remote tracebacks
 
 
-def _rank_env(bundles: list[Bundle], rank: int, master: tuple[str, int]) -> dict[str, str]:
-    """The distributed env vars of rank `rank`; LOCAL_* count the ranks on the same node."""
+# The env vars a group sets on each worker (`_rank_env`); `worker_env` may add others, never replace these.
+GROUP_ENV_KEYS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "RAY_LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WG_PREFIX",
+    "WG_BACKEND",
+)
+DEVICE_NAMES = ("cuda", "cpu")
+
+
+def _rank_env(bundles: list[Bundle], rank: int, master: tuple[str, int], prefix: str) -> dict[str, str]:
+    """The distributed env vars of rank `rank`; LOCAL_* (and verl's RAY_LOCAL_WORLD_SIZE) count the ranks on the same
+    node; WG_PREFIX / WG_BACKEND name the group, as verl's workers read them."""
     same_node = [r for r, b in enumerate(bundles) if b.node_id == bundles[rank].node_id]
     return {
         "RANK": str(rank),
         "WORLD_SIZE": str(len(bundles)),
         "LOCAL_RANK": str(same_node.index(rank)),
         "LOCAL_WORLD_SIZE": str(len(same_node)),
+        "RAY_LOCAL_WORLD_SIZE": str(len(same_node)),
         "MASTER_ADDR": master[0],
         "MASTER_PORT": str(master[1]),
+        "WG_PREFIX": prefix,
+        "WG_BACKEND": "ray",
     }
+
+
+def _check_worker_env(worker_env: dict[str, str]) -> dict[str, str]:
+    clash = sorted(set(worker_env) & set(GROUP_ENV_KEYS))
+    if clash:
+        raise ValueError(
+            f"RayWorkerGroup(worker_env=...) sets {clash}, which the group sets itself on every worker "
+            f"({', '.join(GROUP_ENV_KEYS)}). Drop them from worker_env; the group's layout decides them."
+        )
+    return {str(key): str(value) for key, value in worker_env.items()}
+
+
+def _device_name(device_name: str | None, pool: RayResourcePool) -> str:
+    """`device_name` checked against the pool: None picks "cuda" for a GPU pool and "cpu" otherwise."""
+    if device_name is None:
+        return "cuda" if pool.use_gpu else "cpu"
+    if device_name not in DEVICE_NAMES:
+        raise ValueError(f"RayWorkerGroup(device_name={device_name!r}): allowed values are {list(DEVICE_NAMES)}.")
+    if device_name == "cuda" and not pool.use_gpu:
+        raise ValueError(
+            "RayWorkerGroup(device_name='cuda') on a pool without GPUs (RayResourcePool(..., use_gpu=False)); "
+            "build the pool with use_gpu=True or pass device_name='cpu'."
+        )
+    return device_name
 
 
 @ray.remote(num_cpus=0)
@@ -76,8 +120,14 @@ class RayWorkerGroup(WorkerGroup):
         worker_names: list[str] | None = None,
         timeout_s: float | None = None,
         init_timeout_s: float | None = None,
+        device_name: str | None = None,
+        worker_env: dict[str, str] | None = None,
     ) -> None:
-        """Create the actors on `resource_pool`, or attach to the running actors named in `worker_names`."""
+        """Create the actors on `resource_pool`, or attach to the running actors named in `worker_names`.
+
+        `device_name` ("cuda" or "cpu"; None: the pool's) says whether each actor claims its share of a GPU;
+        `worker_env` adds env vars to every worker (the group's own, `GROUP_ENV_KEYS`, cannot be replaced).
+        """
         if ray_cls_with_init is None:
             raise ValueError("RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(WorkerClass, *args, ...).")
         if not isinstance(ray_cls_with_init, ClassWithInitArgs):
@@ -87,11 +137,14 @@ class RayWorkerGroup(WorkerGroup):
             raise RuntimeError("Ray is not initialised; call hyflow.controller.init_ray() before building a group.")
         self._init_timeout_s = timeout_s if init_timeout_s is None else init_timeout_s
         self.name_prefix = name_prefix or f"{ray_cls_with_init.cls.__name__}_{uuid.uuid4().hex[:8]}"
+        self.worker_env = _check_worker_env(worker_env or {})
+        self.device_name = device_name
         if worker_names is not None:
             self.worker_names = list(worker_names)
             self.workers = [ray.get_actor(name) for name in self.worker_names]
             self._nodes = ["unknown"] * len(self.workers)
         elif resource_pool is not None:
+            self.device_name = _device_name(device_name, resource_pool)
             self.workers = self._create_workers(resource_pool, ray_cls_with_init, detached)
         else:
             raise ValueError("RayWorkerGroup needs a resource_pool to create workers, or worker_names to attach to.")
@@ -138,13 +191,14 @@ class RayWorkerGroup(WorkerGroup):
         master_ref = _pick_rendezvous.options(scheduling_strategy=strategy).remote()
         master = tuple(self._wait([master_ref], "__init__ (picking rank 0's rendezvous port)", self._init_timeout_s)[0])
         workers: list = []
+        prefix = self.name_prefix
         for rank, bundle in enumerate(bundles):
-            runtime_env = {**user_env, "env_vars": {**user_env.get("env_vars", {}), **_rank_env(bundles, rank, master)}}
+            env_vars = {**user_env.get("env_vars", {}), **self.worker_env, **_rank_env(bundles, rank, master, prefix)}
             options = {
-                **pool.actor_options(),
+                **pool.actor_options(claim_gpu=self.device_name == "cuda"),
                 **user_options,
                 "name": self.worker_names[rank],
-                "runtime_env": runtime_env,
+                "runtime_env": {**user_env, "env_vars": env_vars},
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     bundle.placement_group, placement_group_bundle_index=bundle.index
                 ),

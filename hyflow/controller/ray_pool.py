@@ -13,6 +13,11 @@ a reward-model group on the same devices) start without waiting for each other. 
 so that a few workers fit on a 2-core laptop); on a multi-node CPU cluster raise it so that each placement group
 fills a node, since Ray places placement groups by free resources, not by node.
 
+Pools can be cut and joined without new placement groups (verl's split placement): `split_resource_pool(pool,
+split_size)` gives pools over consecutive slices of `pool`'s bundles (an int: equal parts; a list: those sizes),
+`merge_resource_pool(a, b)` one pool over a's bundles then b's. Such views share their parent's placement groups
+(the parent's `remove()` gives them back) and can be split again.
+
 This module imports Ray; `hyflow.controller` loads it only when a Ray name is used.
 """
 
@@ -28,7 +33,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, placement_
 
 from hyflow.config.trainer import RayInitConfig
 
-__all__ = ["Bundle", "RayResourcePool", "init_ray"]
+__all__ = ["Bundle", "RayResourcePool", "init_ray", "merge_resource_pool", "split_resource_pool"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +102,25 @@ class RayResourcePool:
         self.detached = detached
         self.ready_timeout_s = ready_timeout_s
         self._bundles: list[Bundle] | None = None
+        self._is_view = False  # a split or merged pool: its placement groups belong to another pool
+
+    @classmethod
+    def _view(cls, like: RayResourcePool, bundles: list[Bundle], name_prefix: str) -> RayResourcePool:
+        """A pool over `bundles` of existing placement groups, sized like `like`."""
+        per_group: dict[int, int] = {}
+        for bundle in bundles:
+            per_group[id(bundle.placement_group)] = per_group.get(id(bundle.placement_group), 0) + 1
+        view = cls(
+            list(per_group.values()),
+            use_gpu=like.use_gpu,
+            max_colocate_count=like.max_colocate_count,
+            num_cpus_per_worker=like.num_cpus_per_worker,
+            name_prefix=name_prefix,
+            detached=like.detached,
+            ready_timeout_s=like.ready_timeout_s,
+        )
+        view._bundles, view._is_view = list(bundles), True
+        return view
 
     @property
     def world_size(self) -> int:
@@ -108,10 +132,10 @@ class RayResourcePool:
             return {"CPU": float(self.max_colocate_count), "GPU": 1.0}
         return {"CPU": self.num_cpus_per_worker}
 
-    def actor_options(self) -> dict[str, Any]:
-        """The resources one actor asks for: its share of a bundle."""
+    def actor_options(self, claim_gpu: bool = True) -> dict[str, Any]:
+        """The resources one actor asks for: its share of a bundle (without the GPU share if not `claim_gpu`)."""
         share = {"num_cpus": self.bundle_resources()["CPU"] / self.max_colocate_count}
-        if self.use_gpu:
+        if self.use_gpu and claim_gpu:
             share["num_gpus"] = 1.0 / self.max_colocate_count
         return share
 
@@ -155,8 +179,51 @@ class RayResourcePool:
                 "(trainer.nnodes), or use_gpu=False on a machine without GPUs."
             ) from None
 
+    def get_placement_groups(self, device_name: str | None = None) -> list[PlacementGroup]:
+        """The pool's placement groups in rank order, made now if not yet (`device_name`: verl's signature; the
+        pool's `use_gpu` decides what a bundle holds)."""
+        return list({id(b.placement_group): b.placement_group for b in self.bundles()}.values())
+
     def remove(self) -> None:
         """Give the placement groups back to Ray (the pool's actors should be killed first)."""
+        if self._is_view:
+            raise ValueError(
+                f"pool {self.name_prefix!r} was split from or merged out of other pools and shares their placement "
+                "groups; call remove() on the pool(s) it came from."
+            )
         for group in {id(b.placement_group): b.placement_group for b in self._bundles or []}.values():
             remove_placement_group(group)
         self._bundles = None
+
+
+def split_resource_pool(pool: RayResourcePool, split_size: int | list[int]) -> list[RayResourcePool]:
+    """Pools over consecutive slices of `pool`'s bundles: `split_size` workers each (an int dividing the world
+    size), or the sizes in a list summing to it."""
+    if isinstance(split_size, int) and (split_size < 1 or pool.world_size % split_size):
+        raise ValueError(
+            f"split_resource_pool(split_size={split_size}): an int split size must divide the pool's world size "
+            f"{pool.world_size}; pass a list of sizes for uneven parts."
+        )
+    sizes = [split_size] * (pool.world_size // split_size) if isinstance(split_size, int) else list(split_size)
+    if any(not isinstance(n, int) or n < 1 for n in sizes) or sum(sizes) != pool.world_size:
+        raise ValueError(
+            f"split_resource_pool(split_size={split_size}): the sizes must be positive ints summing to the pool's "
+            f"world size {pool.world_size}."
+        )
+    bundles, start, parts = pool.bundles(), 0, []
+    for index, size in enumerate(sizes):
+        parts.append(RayResourcePool._view(pool, bundles[start : start + size], f"{pool.name_prefix}split_{index}_"))
+        start += size
+    return parts
+
+
+def merge_resource_pool(first: RayResourcePool, second: RayResourcePool) -> RayResourcePool:
+    """One pool over `first`'s bundles, then `second`'s (ranks in that order)."""
+    for name in ("use_gpu", "max_colocate_count", "detached"):
+        if getattr(first, name) != getattr(second, name):
+            raise ValueError(
+                f"merge_resource_pool: the pools differ in {name} ({getattr(first, name)} vs "
+                f"{getattr(second, name)}); merge pools built with the same {name}."
+            )
+    prefix = f"{first.name_prefix}{second.name_prefix}"
+    return RayResourcePool._view(first, [*first.bundles(), *second.bundles()], prefix)

@@ -13,6 +13,11 @@ and exposes `rank`, `world_size`, `local_rank`, `local_world_size`. `init_distri
 The Ray group picks the rendezvous address on rank 0's node before it starts any worker, so a worker may call
 `init_distributed()` (or `torch.distributed.init_process_group()`) inside its `__init__`. A rank 0 that finds no
 `MASTER_ADDR` (a process started outside a group, the local backend) picks its own IP and a free port.
+
+For nd-compute dispatch (nd_dispatch.py) a worker records, per mesh name, its data-parallel rank and whether its
+result is collected (`_register_dispatch_collect_info`); the group asks for them with the registered methods
+`_query_dispatch_info` / `_query_collect_info`. A worker holding several roles copies a role's record under a mesh
+name of its own (`set_dispatch_collect(mesh_name, **role.get_dispatch_collect())`).
 """
 
 from __future__ import annotations
@@ -22,10 +27,15 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from hyflow.controller.decorator import Dispatch, Execute, register
+from hyflow.controller.errors import ControllerUsageError
 
 __all__ = ["DistEnv", "Worker"]
 
@@ -97,7 +107,13 @@ class Worker:
     def __new__(cls, *args: object, **kwargs: object) -> Worker:
         instance = super().__new__(cls)
         instance._dist_env = DistEnv.from_environ()
+        instance._dispatch_dp_rank: dict[str, int] = {}
+        instance._collect_dp_rank: dict[str, bool] = {}
         return instance
+
+    def __init__(self, cuda_visible_devices: str | None = None) -> None:
+        """Takes verl's `cuda_visible_devices` argument, which changes nothing here: Ray and the group set each
+        worker's visible devices before it starts (the state lives in `__new__`)."""
 
     @property
     def rank(self) -> int:
@@ -141,6 +157,65 @@ class Worker:
             world_size=env.world_size,
             timeout=timeout,
         )
+
+    # ---- nd-compute dispatch: this worker's place in each named device mesh ----
+    def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
+        """Record this worker's data-parallel rank in `mesh_name` and whether the group collects its result."""
+        if mesh_name in self._dispatch_dp_rank:
+            raise ControllerUsageError(
+                f"{type(self).__name__} rank {self.rank}: mesh {mesh_name!r} is registered already (dp rank "
+                f"{self._dispatch_dp_rank[mesh_name]}); register each mesh name once."
+            )
+        self._dispatch_dp_rank[mesh_name] = int(dp_rank)
+        self._collect_dp_rank[mesh_name] = bool(is_collect)
+
+    def _mesh_record(self, table: dict[str, Any], mesh_name: str) -> Any:
+        if mesh_name not in table:
+            raise ControllerUsageError(
+                f"{type(self).__name__} rank {self.rank} has no mesh {mesh_name!r} (registered: {sorted(table)}). "
+                "Call self._register_dispatch_collect_info(mesh_name=..., dp_rank=..., is_collect=...) in __init__."
+            )
+        return table[mesh_name]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_dispatch_info(self, mesh_name: str) -> int:
+        """This worker's dp rank in `mesh_name` (the group gets one per worker)."""
+        return self._mesh_record(self._dispatch_dp_rank, mesh_name)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_collect_info(self, mesh_name: str) -> bool:
+        """Whether the group collects this worker's result for `mesh_name`."""
+        return self.query_collect_info(mesh_name)
+
+    def query_collect_info(self, mesh_name: str) -> bool:
+        return self._mesh_record(self._collect_dp_rank, mesh_name)
+
+    def get_dispatch_collect(self) -> dict[str, dict]:
+        """Every mesh record: `{"dispatch_dp_rank": {mesh: dp_rank}, "collect_dp_rank": {mesh: is_collect}}`."""
+        return {"dispatch_dp_rank": dict(self._dispatch_dp_rank), "collect_dp_rank": dict(self._collect_dp_rank)}
+
+    def set_dispatch_collect(
+        self, mesh_name: str, dispatch_dp_rank: dict[str, int], collect_dp_rank: dict[str, bool]
+    ) -> None:
+        """Register under `mesh_name` the one mesh record of another worker (its `get_dispatch_collect()`)."""
+        if len(dispatch_dp_rank) != 1 or len(collect_dp_rank) != 1:
+            raise ControllerUsageError(
+                f"set_dispatch_collect({mesh_name!r}, ...) takes the record of one mesh, got meshes "
+                f"{sorted(dispatch_dp_rank)}; copy them one at a time."
+            )
+        (dp_rank,), (is_collect,) = dispatch_dp_rank.values(), collect_dp_rank.values()
+        self._register_dispatch_collect_info(mesh_name, dp_rank, is_collect)
+
+    # ---- running a controller-side function on the workers (verl's driver functions) ----
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
+    def execute_with_func_generator(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`func(worker, shard, ...)` on every rank, each with its shard of the DataProto arguments; results joined."""
+        return func(self, *args, **kwargs)
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def execute_func_rank_zero(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`func(*args, **kwargs)` in rank 0's process; its result."""
+        return func(*args, **kwargs)
 
     # ---- called by the worker group itself (not group methods) ----
     def get_master_addr_port(self) -> tuple[str, int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hyflow.controller.decorator import (
@@ -91,9 +91,12 @@ class GroupFuture(DataProtoFuture):
 
 @dataclass(frozen=True)
 class GroupShape:
-    """What a collect function may read of its group once a future travels to another worker: the world size."""
+    """What a collect function may read of its group once a future travels to another worker: the world size and
+    the nd-compute mesh info (dp rank and collect flag per worker, by mesh name; see nd_dispatch.py)."""
 
     world_size: int
+    _dispatch_info: dict[str, list[int]] = field(default_factory=dict)
+    _collect_info: dict[str, list[bool]] = field(default_factory=dict)
 
 
 class _Collect:
@@ -102,9 +105,9 @@ class _Collect:
     It holds the group's shape, not the group, so a future that travels to other workers does not carry the group's
     actor handles and placement groups (nor the call's inputs)."""
 
-    def __init__(self, collect_fn: Callable[[Any, list], Any], world_size: int, pad_size: int) -> None:
+    def __init__(self, collect_fn: Callable[[Any, list], Any], group: WorkerGroup, pad_size: int) -> None:
         self.collect_fn = collect_fn
-        self.group = GroupShape(world_size)
+        self.group = GroupShape(group.world_size, dict(group._dispatch_info), dict(group._collect_info))
         self.pad_size = pad_size
 
     def __call__(self, outputs: list) -> Any:
@@ -138,6 +141,9 @@ class WorkerGroup:
         self.timeout_s = timeout_s
         self._bound_methods: list[str] = []
         self._roles: dict[str, type] = {}  # role -> class, for groups of colocated workers
+        # nd-compute dispatch: each worker's dp rank and collect flag per mesh name, asked once (nd_dispatch.py)
+        self._dispatch_info: dict[str, list[int]] = {}
+        self._collect_info: dict[str, list[bool]] = {}
 
     # ---- what a backend provides ----
     @property
@@ -182,14 +188,14 @@ class WorkerGroup:
     def _call(self, method_name: str, spec: MethodSpec, args: tuple, kwargs: dict, timeout_s: float | None) -> Any:
         """dispatch → execute on the ranks → (wait) → collect. `timeout=` on a call overrides the group's."""
         mode = get_dispatch_mode(spec.dispatch_mode)
-        args, kwargs = mode.dispatch_fn(self, *args, **kwargs)
+        args, kwargs = mode["dispatch_fn"](self, *args, **kwargs)
         pad_size = kwargs.pop(PADDING_SIZE_KEY, 0)
         if spec.execute_mode is Execute.RANK_ZERO:
             handles = [self._submit(0, method_name, *self._rank_args(0, args, kwargs))]
-            collect = _Collect(collect_rank_zero, self.world_size, 0)
+            collect = _Collect(collect_rank_zero, self, 0)
         else:
             handles = self.execute_all_async(method_name, *args, **kwargs)
-            collect = _Collect(mode.collect_fn, self.world_size, pad_size)
+            collect = _Collect(mode["collect_fn"], self, pad_size)
         if not spec.blocking:
             return self._pending(method_name, handles, collect)
         return collect(self._wait(handles, method_name, timeout_s))
@@ -249,10 +255,21 @@ class WorkerGroup:
             )
         return {role: self._role_view(role) for role in prefix_set}
 
+    def fuse(self, prefix_set: Iterable[str]) -> None:
+        """Make each role's group an attribute of this one: `wg.actor.add(...)` (verl's fused-worker groups)."""
+        for role, view in self.spawn(prefix_set).items():
+            if role in self.__dict__ or hasattr(type(self), role):
+                raise ValueError(
+                    f"fuse: role {role!r} has the name of an attribute of this group; rename the role in "
+                    "create_colocated_worker_raw_cls."
+                )
+            setattr(self, role, view)
+
     def _role_view(self, role: str) -> WorkerGroup:
         view = object.__new__(type(self))
         view.__dict__.update({k: v for k, v in self.__dict__.items() if k not in self._bound_methods})
         view._bound_methods = []
+        view._dispatch_info, view._collect_info = {}, {}  # each role registers its own meshes
         view._bind_worker_methods(self.worker_cls, role=role)
         view._roles = {}
         return view

@@ -8,8 +8,17 @@ import time
 
 import torch
 import torch.distributed as dist
+from tensordict import TensorDict
 
-from hyflow.controller import Dispatch, Execute, Worker, register
+from hyflow.controller import (
+    ClassWithInitArgs,
+    Dispatch,
+    Execute,
+    Worker,
+    create_colocated_worker_raw_cls,
+    register,
+)
+from hyflow.controller.decorator import make_nd_compute_dataproto_dispatch_fn
 from hyflow.protocol import DataProto
 
 
@@ -139,3 +148,52 @@ class EagerDistributedWorker(Worker):
         value = torch.tensor([float(self.rank)])
         dist.all_reduce(value)
         return float(value.item())
+
+
+class MeshWorker(Worker):
+    """Four ranks as a 2 (dp) × 2 (tp) mesh named "train": ranks 2d and 2d+1 share dp rank d; tp rank 0 collects."""
+
+    def __init__(self) -> None:
+        self._register_dispatch_collect_info(mesh_name="train", dp_rank=self.rank // 2, is_collect=self.rank % 2 == 0)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"))
+    def tag_rows(self, data: DataProto) -> DataProto:
+        """Each row records the rank that computed it."""
+        return DataProto.from_dict({"x": data.batch["x"], "rank": torch.full((len(data),), self.rank)})
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
+    def tag_tensordict_later(self, data: TensorDict) -> TensorDict:
+        return TensorDict({"x": data["x"], "rank": torch.full((len(data),), self.rank)}, batch_size=[len(data)])
+
+
+class AdderRole(Worker):
+    """A role of a fused worker: adds its rank."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def add(self, x: float) -> float:
+        return x + self.rank
+
+
+class SubtracterRole(Worker):
+    """A role of a fused worker: subtracts a constant."""
+
+    def __init__(self, amount: float) -> None:
+        self.amount = amount
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def sub(self, x: float) -> float:
+        return x - self.amount
+
+
+class HybridWorker(
+    create_colocated_worker_raw_cls({"adder": AdderRole, "subtracter": ClassWithInitArgs(SubtracterRole, 10)})
+):
+    """A fused worker with a method of its own that chains both roles in one process."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def add_then_sub(self, x: float) -> float:
+        return self.subtracter.sub(self.adder.add(x))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def roles_see_each_other(self) -> bool:
+        return self.adder.fused_worker_dict["subtracter"] is self.subtracter

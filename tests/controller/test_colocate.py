@@ -13,10 +13,11 @@ from hyflow.controller import (
     RayResourcePool,
     RayWorkerGroup,
     create_colocated_worker_cls,
+    create_colocated_worker_cls_fused,
 )
 from hyflow.protocol import DataProto
 
-from .sample_workers import ActorRole, CriticRole
+from .sample_workers import ActorRole, AdderRole, CriticRole, HybridWorker
 
 
 def fused_roles():
@@ -59,3 +60,23 @@ def test_spawn_rejects_a_role_the_group_does_not_have():
 def test_role_names_that_cannot_prefix_a_method_are_rejected():
     with pytest.raises(ValueError, match="must be a Python identifier"):
         create_colocated_worker_cls({"actor rollout": ActorRole})
+
+
+def test_a_subclass_of_the_raw_fused_class_chains_its_roles_in_one_process_and_fuse_exposes_each_role():
+    wg = LocalWorkerGroup(RayClassWithInitArgs(HybridWorker))
+    wg.fuse(["adder", "subtracter"])
+    assert wg.adder.add(0.5) == [0.5]
+    assert wg.subtracter.sub(0.5) == [-9.5]
+    assert wg.add_then_sub(0.5) == [-9.5]
+    assert wg.roles_see_each_other() == [True]
+
+
+def test_the_fused_name_builds_the_same_colocated_worker():
+    wg = LocalWorkerGroup(create_colocated_worker_cls_fused({"adder": AdderRole, "critic": CriticRole}))
+    groups = wg.spawn(["adder", "critic"])
+    assert groups["adder"].add(1.0) == [1.0] and groups["critic"].value_of(1.0) == [10.0]
+
+
+def test_a_role_named_like_a_worker_attribute_is_refused():
+    with pytest.raises(ValueError, match="role name 'rank' is an attribute of every worker"):
+        create_colocated_worker_cls({"rank": ActorRole})

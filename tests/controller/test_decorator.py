@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 
@@ -15,6 +17,7 @@ from hyflow.controller import (
     update_dispatch_mode,
 )
 from hyflow.controller.decorator import (
+    DISPATCH_MODE_FN_REGISTRY,
     PADDING_SIZE_KEY,
     REGISTER_ATTR,
     collect_dp_compute_data_proto,
@@ -22,6 +25,7 @@ from hyflow.controller.decorator import (
     dispatch_dp_compute_data_proto,
     dispatch_one_to_all,
     get_dispatch_mode,
+    get_predefined_dispatch_fn,
 )
 from hyflow.controller.worker_group import GroupShape
 from hyflow.protocol import DataProto, DataProtoFuture
@@ -139,3 +143,36 @@ def test_update_dispatch_mode_replaces_the_pair_of_an_existing_mode():
     assert LocalWorkerGroup(W).echo(5) == 110
     with pytest.raises(ValueError, match="register it first"):
         update_dispatch_mode("no_such_mode", dispatch_doubled, collect_plus_one)
+
+
+def test_registering_a_dispatch_mode_adds_a_dispatch_member_and_a_registry_row():
+    def dispatch(group, *args, **kwargs):
+        return args, kwargs
+
+    def collect(group, outputs):
+        return outputs
+
+    mode = register_dispatch_mode("test_gather", dispatch, collect)
+    try:
+        assert mode is Dispatch.TEST_GATHER and "test_gather" in Dispatch
+        assert get_predefined_dispatch_fn(Dispatch.TEST_GATHER) == {"dispatch_fn": dispatch, "collect_fn": collect}
+        assert DISPATCH_MODE_FN_REGISTRY[mode]["collect_fn"] is collect
+    finally:
+        Dispatch.remove("test_gather")
+        DISPATCH_MODE_FN_REGISTRY.pop(mode)
+    assert not hasattr(Dispatch, "TEST_GATHER")
+
+
+def test_a_dispatch_member_unpickles_as_the_member_of_the_receiving_process():
+    assert pickle.loads(pickle.dumps(Dispatch.DP_COMPUTE_PROTO)) is Dispatch.DP_COMPUTE_PROTO
+    payload = pickle.dumps(Dispatch.register("only_in_the_controller"))
+    Dispatch.remove("only_in_the_controller")  # as in a worker process that never registered it
+    try:
+        assert pickle.loads(payload) is Dispatch.ONLY_IN_THE_CONTROLLER
+    finally:
+        Dispatch.remove("only_in_the_controller")
+
+
+def test_a_dispatch_mode_dict_without_both_functions_is_refused():
+    with pytest.raises(ValueError, match="exactly the keys 'dispatch_fn' and 'collect_fn'"):
+        get_dispatch_mode({"dispatch_fn": dispatch_one_to_all})

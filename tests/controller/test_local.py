@@ -96,3 +96,13 @@ def test_a_non_blocking_per_rank_call_on_the_local_backend_returns_the_results_t
     wg = LocalWorkerGroup(RankWorker)
     assert wg.add_rank_later(5) == [5]
     assert wg.rank_zero_later() == 0
+
+
+def test_a_controller_function_runs_in_the_worker_on_rank_zero_and_on_every_shard():
+    wg = LocalWorkerGroup(RankWorker)
+    assert wg.execute_func_rank_zero(lambda a, b: (a + b, os.getpid()), 2, b=3) == (5, os.getpid())
+    data = DataProto.from_dict({"x": torch.arange(3)})
+    out = wg.execute_with_func_generator(
+        lambda worker, shard: DataProto.from_dict({"y": shard.batch["x"] + worker.rank}), data
+    )
+    assert out.batch["y"].tolist() == [0, 1, 2]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hyflow.controller import LocalWorkerGroup, RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+from hyflow.controller import LocalWorkerGroup, RayClassWithInitArgs, RayResourcePool, RayWorkerGroup, parallel_put
 from hyflow.protocol import DataProto
 
 from .sample_workers import EagerDistributedWorker, RankWorker
@@ -152,3 +152,35 @@ def test_workers_may_join_torch_distributed_inside_their_init(ray_session):
         assert wg.sum_of_ranks() == [1.0, 1.0]
     finally:
         wg.kill()
+
+
+def test_worker_env_reaches_every_worker_beside_verl_s_local_world_size(ray_session):
+    wg = RayWorkerGroup(
+        RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(RankWorker), worker_env={"MY_FLAG": "7"}
+    )
+    try:
+        assert wg.getenv("MY_FLAG") == ["7", "7"]
+        assert wg.getenv("RAY_LOCAL_WORLD_SIZE") == ["2", "2"]
+        assert wg.getenv("WG_BACKEND") == ["ray", "ray"]
+    finally:
+        wg.kill()
+
+
+def test_worker_env_may_not_replace_the_group_s_own_variables(ray_session):
+    with pytest.raises(ValueError, match=r"worker_env=...\) sets \['WORLD_SIZE'\], which the group sets itself"):
+        RayWorkerGroup(
+            RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(RankWorker), worker_env={"WORLD_SIZE": "9"}
+        )
+
+
+def test_a_cuda_device_name_on_a_pool_without_gpus_is_refused_with_the_fix(ray_session):
+    with pytest.raises(ValueError, match="device_name='cuda'\\) on a pool without GPUs"):
+        RayWorkerGroup(RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(RankWorker), device_name="cuda")
+
+
+def test_parallel_put_returns_refs_in_order_and_refuses_an_empty_list(ray_session):
+    refs = parallel_put([{"a": 1}, torch.arange(3), "three"], max_workers=2)
+    values = ray_session.get(refs)
+    assert values[0] == {"a": 1} and values[1].tolist() == [0, 1, 2] and values[2] == "three"
+    with pytest.raises(ValueError, match="parallel_put got an empty list"):
+        parallel_put([])

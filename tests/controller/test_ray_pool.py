@@ -68,3 +68,39 @@ def test_a_pool_the_cluster_cannot_hold_fails_with_a_message_naming_the_request(
     pool = RayResourcePool([64], use_gpu=True, ready_timeout_s=1.0)
     with pytest.raises(ValueError, match=r"node 0 needs 64 bundles of \{'CPU': 10.0, 'GPU': 1.0\}"):
         pool.bundles()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_split_pool_runs_two_groups_on_disjoint_bundles_and_a_merged_pool_spans_both(ray_session):
+    from hyflow.controller import RayClassWithInitArgs, RayWorkerGroup, merge_resource_pool, split_resource_pool
+
+    from .sample_workers import RankWorker
+
+    pool = RayResourcePool([4], use_gpu=False)
+    small, large = split_resource_pool(pool, [1, 3])
+    assert (small.world_size, large.world_size) == (1, 3)
+    assert [b.index for b in small.bundles()] == [0] and [b.index for b in large.bundles()] == [1, 2, 3]
+    halves = split_resource_pool(large, [2, 1])  # a split pool splits again
+    merged = merge_resource_pool(small, halves[1])
+    assert [b.index for b in merged.bundles()] == [0, 3]
+    groups = [RayWorkerGroup(p, RayClassWithInitArgs(RankWorker), timeout_s=150) for p in (small, large, merged)]
+    try:
+        assert [g.add_rank(0) for g in groups] == [[0], [0, 1, 2], [0, 1]]  # ranks restart at 0 in every group
+        assert len(pool.get_placement_groups()) == 1
+        with pytest.raises(ValueError, match="call remove\\(\\) on the pool\\(s\\) it came from"):
+            small.remove()
+    finally:
+        for group in groups:
+            group.kill()
+        pool.remove()
+
+
+def test_split_sizes_that_do_not_cover_the_pool_are_refused():
+    from hyflow.controller import split_resource_pool
+
+    pool = RayResourcePool([4], use_gpu=False)
+    with pytest.raises(ValueError, match="an int split size must divide the pool's world size 4"):
+        split_resource_pool(pool, 3)
+    with pytest.raises(ValueError, match="positive ints summing to the pool's world size 4"):
+        split_resource_pool(pool, [1, 2])
