@@ -353,10 +353,12 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> dict[str, Any]:
-        """Restore the actor from `local_path`; the engine gets the restored weights on the next generation."""
+        """Restore the actor from `local_path`; the engine gets the restored weights on the next generation, as the
+        policy version of the checkpoint's step (the number of updates behind it, as in the run that saved it)."""
         self._require(self.actor, "load_checkpoint", "actor")
         info = self.checkpointer.load(local_path)
-        self._weights_version += 1
+        self._weights_version = int(info.get("global_step") or self._weights_version + 1)
+        self._rollout_version = -1  # whatever the engine holds is not these weights
         return info
 
     def _require(self, role: Any, method: str, name: str) -> None:

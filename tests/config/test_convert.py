@@ -29,7 +29,7 @@ def test_a_key_in_the_wrong_section_points_to_the_section_that_has_it():
 def test_a_hopeless_key_lists_the_valid_keys_at_its_level():
     (problem,) = _problems(["zzz=1"])
 
-    assert "Valid keys under the root: actor_rollout_ref, algorithm, critic" in problem
+    assert "Valid keys under the root: actor_rollout_ref, algorithm, async_training, critic" in problem
 
 
 def test_a_key_below_a_plain_value_is_reported_as_not_a_section():
