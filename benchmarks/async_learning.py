@@ -110,7 +110,7 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     modes = args.modes.split(",")
     results = {}
-    demo = demo_grpo_overrides(args, Path(args.assets))
+    demo = demo_grpo_overrides(args, Path(args.assets).resolve())
     with tempfile.TemporaryDirectory() as root:
         for mode in modes:
             out = Path(root) / mode
