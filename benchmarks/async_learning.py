@@ -45,6 +45,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--chunk-prompts", type=int, default=8, help="fully_async: prompts per generation request")
     parser.add_argument("--tolerance", type=float, default=0.02, help="'reached' = within this of sync's final acc")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="an extra config override for every mode (repeatable), e.g. algorithm.rollout_correction.rollout_is=token",
+    )
     parser.add_argument("--num-cpus", type=int, default=2, help="Ray's CPUs (one per worker)")
     args = parser.parse_args()
     unknown = [mode for mode in args.modes.split(",") if mode not in MODES]
@@ -89,6 +95,7 @@ def run_mode(mode: str, args: argparse.Namespace, demo: list[str], out: Path) ->
         f"trainer.experiment_name=async_learning_{mode}",
         f"async_training.chunk_prompts={args.chunk_prompts}",
         *MODES[mode],
+        *args.override,
     ]
     started = time.perf_counter()
     lines = train(overrides, out)
