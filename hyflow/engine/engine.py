@@ -47,28 +47,11 @@ from hyflow.engine.multimodal import PromptImages, prompt_images
 from hyflow.engine.parallel import TensorParallel
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
+from hyflow.engine.stopping import eos_token_ids, finish_reason
 
 logger = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _eos_ids(model: str | nn.Module, hf_config: Any, tokenizer: Any) -> set[int]:
-    """End-of-sequence ids from the model config, its generation config and the tokenizer."""
-    if isinstance(model, nn.Module):
-        generation_config = getattr(model, "generation_config", None)
-    else:
-        from transformers import GenerationConfig
-
-        try:
-            generation_config = GenerationConfig.from_pretrained(model)
-        except OSError:  # the folder has no generation_config.json
-            generation_config = None
-    ids: set[int] = set()
-    for source in (hf_config, generation_config, tokenizer):
-        eos = getattr(source, "eos_token_id", None)
-        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    return ids
 
 
 class LLMEngine:
@@ -94,7 +77,7 @@ class LLMEngine:
         self.model = load_model(model, max_model_len, self.dtype, self.device, self.tp)
         self.vision = load_vision(model, self.dtype, self.device)  # a VLM's vision tower, run at prefill
         self.tokenizer = tokenizer
-        self.eos_token_ids = _eos_ids(model, self.hf_config, tokenizer)
+        self.eos_token_ids = eos_token_ids(model, self.hf_config, tokenizer)
         # The ranks of a TP group must schedule alike, so they all take the smallest cache any of them can hold.
         num_blocks = self.tp.min(num_blocks_for_memory(self.model.args, config, self.dtype, self.device), self.device)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
@@ -252,7 +235,7 @@ class LLMEngine:
             seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
             top_k = None if top is None else top[k]
             seq.append(token, log_probs[k], raw[k] if keep_raw else None, top_k, policy_version=self.policy_version)
-            reason = self._finish_reason(seq)
+            reason = finish_reason(seq, self.eos_token_ids, self.config.max_model_len, self.tokenizer)
             if reason is not None:
                 return reason
         return None
@@ -285,23 +268,6 @@ class LLMEngine:
         if stop_at is not None:
             return "stop"
         return "length" if take == budget else None
-
-    def _finish_reason(self, seq: Sequence) -> FinishReason | None:
-        token, params = seq.token_ids[-1], seq.params
-        if (not params.ignore_eos and token in self.eos_token_ids) or token in params.stop_token_ids:
-            return "stop"
-        if params.stop and self._hits_stop_string(seq):
-            return "stop"
-        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.config.max_model_len:
-            return "length"
-        return None
-
-    def _hits_stop_string(self, seq: Sequence) -> bool:
-        """Whether the text of the last few tokens (enough to hold the longest stop string even at one byte per
-        token, 4 per character) contains a stop string."""
-        longest = max(len(s) for s in seq.params.stop)
-        tail = self.tokenizer.decode(seq.output_token_ids[-(4 * longest + 2) :], skip_special_tokens=False)
-        return any(stop in tail for stop in seq.params.stop)
 
     def _pop_output(self, request_id: str) -> RequestOutput:
         prompt, seqs = self.requests.pop(request_id)
