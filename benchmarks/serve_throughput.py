@@ -23,7 +23,9 @@ What one run does, each side on the same random prompts (token ids, so no tokeni
 Per request: TTFT = time from sending to the first chunk with a token; inter-token latency (ITL) = the gap between
 consecutive chunks, shared evenly by the tokens a chunk carries (hyflow's multi-step decode can stream several
 tokens per chunk; the count comes from the chunk's log-probs). Throughput = all generated tokens over the wall time
-of the whole burst. Percentiles p50/p90/p99 are over all requests (TTFT) and all tokens (ITL).
+of the whole burst. Percentiles p50/p90/p99 are over all requests (TTFT) and all tokens (ITL). Server CPU = the
+user + system CPU time of hyflow's server process (every thread: HTTP, streaming, the engine's host side) over
+the burst, per generated token: the host cost, which a loaded machine's wall clock hides.
 With `$OUT` set, the numbers also go to `$OUT/serve_throughput_<shape>.json`.
 """
 
@@ -114,6 +116,11 @@ class ServerProcess:
         self.__exit__()
         raise RuntimeError(f"no /health on port {self.port} within {self.timeout_s:.0f} s:\n{self.log_tail()}")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the server process has used so far (all its threads; Linux's /proc)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
     def log_tail(self, num_chars: int = 3000) -> str:
         """The end of the server's log (the folder may be a temporary one, gone once the error is read)."""
         return self.log_path.read_text(errors="replace")[-num_chars:]
@@ -183,14 +190,12 @@ def client_process(base_url: str, prompts: list, max_tokens: int, concurrency: i
 
 
 def burst(
-    base_url: str, prompts: list[list[int]], warmup: list[list[int]], max_tokens: int, concurrency: int, procs: int
+    base_url: str, prompts: list[list[int]], max_tokens: int, concurrency: int, procs: int
 ) -> tuple[list[RequestStats], float]:
-    """The warm-up prompts' requests (4 tokens each, from this process), then all prompts' requests from `procs`
-    client processes (prompts and concurrency dealt out evenly): (per-request stats, wall seconds from the first
-    process's start to the last one's end)."""
+    """All prompts' requests from `procs` client processes (prompts and concurrency dealt out evenly): (per-request
+    stats, wall seconds from the first process's start to the last one's end)."""
     import multiprocessing
 
-    asyncio.run(send_all(base_url, warmup, 4, len(warmup)))
     if procs == 1:
         start = time.monotonic()
         stats = asyncio.run(send_all(base_url, prompts, max_tokens, concurrency))
@@ -275,9 +280,11 @@ def server_commands(args: argparse.Namespace, folder: Path, max_len: int) -> dic
 
 def side_line(name: str, result: dict[str, Any]) -> str:
     ttft, itl = result["ttft"], result["itl"]
+    cpu = result.get("server_cpu_us_per_token")
     return (
         f"{name:<16} {result['tok_s']:>10,.0f} tok/s   TTFT p50/p90/p99 {ttft['p50_ms']:.1f}/{ttft['p90_ms']:.1f}/"
         f"{ttft['p99_ms']:.1f} ms   ITL p50/p90/p99 {itl['p50_ms']:.2f}/{itl['p90_ms']:.2f}/{itl['p99_ms']:.2f} ms"
+        + (f"   server CPU {cpu:.0f} us/token" if cpu is not None else "")
     )
 
 
@@ -328,8 +335,13 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # flashinfer is not in the packed vLLM build
     for side in sides:
         with ServerProcess(commands[side], args.port, folder / f"{side}_server.log", args.start_timeout) as server:
-            stats, wall = burst(server.base_url, prompts, warmup, args.max_tokens, concurrency, args.client_processes)
+            asyncio.run(send_all(server.base_url, warmup, 4, len(warmup)))  # 4 tokens each, from this process
+            cpu_before = server.cpu_seconds()
+            stats, wall = burst(server.base_url, prompts, args.max_tokens, concurrency, args.client_processes)
+            cpu_s = server.cpu_seconds() - cpu_before
         results[side] = summarize(stats, wall, args.max_tokens)
+        if side == "hyflow":  # one process; vLLM's engine core runs in another, which this would not count
+            results[side]["server_cpu_us_per_token"] = 1e6 * cpu_s / (args.num_requests * args.max_tokens)
         print(side_line(f"{side} server", results[side]), flush=True)
     offline = offline_tok_s(folder, prompts, warmup, args.max_tokens, args.max_num_seqs, max_len)
     results["offline_tok_s"] = offline

@@ -17,6 +17,12 @@ Weights that change while requests run (a partial rollout; see LLMEngine.pause):
 The loop runs as an asyncio task on the caller's event loop; each forward step runs in a worker thread so the event
 loop stays free for tool calls and HTTP. Requests are added and aborted only between steps (on the loop), so the
 scheduler is never touched by two threads at once. The loop sleeps when there is nothing to do.
+
+Streams cost the event loop little: the worker thread takes each stream's output after the step (and, with
+`stream(..., detokenize=True)`, its text, decoded incrementally: detokenizer.py), and a step's outputs are handed
+to the streams only once the next step has started, so their readers (an HTTP server's SSE encoding) run while
+the engine computes instead of between its steps. A reader that falls behind skips to the latest output: its
+next chunk carries the tokens of several steps.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 import torch
 
 from hyflow.engine.config import SamplingParams
+from hyflow.engine.detokenizer import IncrementalDetokenizer
 from hyflow.engine.engine import LLMEngine
 from hyflow.engine.sequence import RequestOutput
 
@@ -43,7 +50,8 @@ class _Stream:
     latest: RequestOutput | None = None
     error: BaseException | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    num_tokens: int = 0  # tokens in `latest`, to publish only outputs that grew
+    num_tokens: int = 0  # tokens in the last output taken (worker thread), to publish only outputs that grew
+    detokenizers: dict[int, IncrementalDetokenizer] | None = None  # per sample index, with detokenize=True
 
 
 class AsyncLLMEngine:
@@ -91,12 +99,16 @@ class AsyncLLMEngine:
         params: SamplingParams | dict | None = None,
         request_id: str | None = None,
         multi_modal_inputs: dict[str, Any] | None = None,
+        detokenize: bool = False,
     ) -> AsyncIterator[RequestOutput]:
         """Generates for one prompt, yielding its output so far after every step that added tokens (token ids and
-        log-probs, no text, finish_reason None while running), and last the final output (with text). Closing the
-        iterator early (or cancelling its reader) aborts the request."""
+        log-probs, finish_reason None while running; no text, or with `detokenize` the text so far, a prefix of the
+        final one), and last the final output (with text). Closing the iterator early (or cancelling its reader)
+        aborts the request."""
         request_id = await self._add(prompt_token_ids, params, request_id, multi_modal_inputs)
         stream = self._streams[request_id] = _Stream()
+        if detokenize:
+            stream.detokenizers = {}
         self._wakeup.set()
         try:
             while True:
@@ -156,30 +168,53 @@ class AsyncLLMEngine:
             stream.latest = output
             stream.changed.set()
 
-    def _publish_streams(self) -> None:
-        """After a step: the output so far of every streaming request that gained tokens."""
-        for request_id, stream in self._streams.items():
+    def _step(self, streams: list[tuple[str, _Stream]]) -> tuple[list[RequestOutput], list[tuple[_Stream, Any]]]:
+        """In the worker thread: one engine step, then the output so far of each of `streams` that gained tokens
+        (with its text when the stream decodes). Returns the finished requests and (stream, output) pairs."""
+        finished = self.engine.step()
+        grown = []
+        for request_id, stream in streams:
             output = self.engine.snapshot(request_id)
             num_tokens = 0 if output is None else sum(len(out.token_ids) for out in output.outputs)
-            if output is not None and num_tokens > stream.num_tokens:
-                stream.latest, stream.num_tokens = output, num_tokens
+            if output is None or num_tokens <= stream.num_tokens:
+                continue
+            stream.num_tokens = num_tokens
+            if stream.detokenizers is not None:
+                for out in output.outputs:
+                    detokenizer = stream.detokenizers.get(out.index)
+                    if detokenizer is None:
+                        detokenizer = stream.detokenizers[out.index] = IncrementalDetokenizer(self.engine.tokenizer)
+                    out.text = detokenizer.update(out.token_ids)
+            grown.append((stream, output))
+        return finished, grown
+
+    def _publish(self, grown: list[tuple[_Stream, RequestOutput]]) -> None:
+        """Hands outputs so far to their streams (a stream that has ended meanwhile keeps its final output)."""
+        for stream, output in grown:
+            if stream.latest is None or not stream.latest.finished:
+                stream.latest = output
                 stream.changed.set()
 
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
+            grown: list[tuple[_Stream, RequestOutput]] = []  # the last step's outputs, not handed over yet
             while self.engine.has_unfinished_requests() and not self.engine.paused:
                 async with self._step_lock:
+                    streams = list(self._streams.items())
+                    step = self._loop.run_in_executor(None, self._step, streams)  # the thread starts it now
+                    self._publish(grown)  # their readers run on the loop while this step runs in the thread
                     try:
-                        finished = await asyncio.to_thread(self.engine.step)
+                        finished, grown = await step
                     except Exception as error:  # a failing step must not leave callers waiting forever
                         logger.exception("engine step failed; failing the %d waiting requests", len(self._futures))
+                        grown = []
                         self._fail_all(error)
                         break
                 for output in finished:
                     self._deliver(output)
-                self._publish_streams()
                 await asyncio.sleep(0)  # let new requests and aborts in between steps
+            self._publish(grown)
             self._wakeup.clear()
 
     def _fail_all(self, error: Exception) -> None:

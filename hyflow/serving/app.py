@@ -167,7 +167,7 @@ def _timeout_error(state: ServingState) -> BadRequest:
 async def _answer(request: Request, state: ServingState, work: Awaitable[dict[str, Any]]) -> Response:
     started = time.monotonic()
     try:
-        body = await run_until_disconnect(request, asyncio.wait_for(work, state.limits.request_timeout))
+        body = await run_until_disconnect(request, work, state.limits.request_timeout)
     except TimeoutError:
         raise _timeout_error(state) from None
     except ClientGone:
@@ -194,7 +194,7 @@ async def _stream(request: Request, state: ServingState, chunks: AsyncIterator[d
     started = time.monotonic()
     deadline = started + state.limits.request_timeout
     try:
-        first = await run_until_disconnect(request, asyncio.wait_for(anext(chunks), state.limits.request_timeout))
+        first = await run_until_disconnect(request, anext(chunks), state.limits.request_timeout)
     except TimeoutError:
         await chunks.aclose()
         raise _timeout_error(state) from None

@@ -96,7 +96,7 @@ async def create_chat_completion(state: ServingState, request: ChatCompletionReq
     for out in result.outputs:
         text, _ = cut_at_stop(out.text or "", prepared.stops, request.include_stop_str_in_output)
         message, reason = _reply(state, prepared, text)
-        log_probs = chat_log_probs(state.tokenizer, out, 0, len(out.token_ids)) if request.logprobs else None
+        log_probs = chat_log_probs(state.token_text, out, 0, len(out.token_ids)) if request.logprobs else None
         choice = {"index": out.index, "message": message, "finish_reason": reason or out.finish_reason}
         choices.append({**choice, "logprobs": log_probs, **_extras(prepared, out)})
     completion_tokens = sum(len(out.token_ids) for out in result.outputs)
@@ -143,7 +143,7 @@ def _stream_choice(
     start, end = sent.get(out.index, 0), len(out.token_ids)
     if prepared.reads_tools and not final:
         return None  # held back: a call is only known once it closes (and its tokens' log-probs go with it)
-    text = out.text if out.text is not None else state.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+    text = out.text  # the text so far, decoded in the engine's thread (generation.py)
     if prepared.reads_tools:
         full, _ = cut_at_stop(text, prepared.stops, request.include_stop_str_in_output)
         message, reason = _reply(state, prepared, full)
@@ -156,7 +156,7 @@ def _stream_choice(
         if not delta["content"] and not final and start == end:
             return None
     sent[out.index] = end
-    log_probs = chat_log_probs(state.tokenizer, out, start, end) if request.logprobs else None
+    log_probs = chat_log_probs(state.token_text, out, start, end) if request.logprobs else None
     choice = {"index": out.index, "delta": delta, "logprobs": log_probs, "finish_reason": reason or out.finish_reason}
     if request.return_token_ids:
         choice["token_ids"] = out.token_ids[start:end]

@@ -59,7 +59,7 @@ async def create_completion(state: ServingState, request: CompletionRequest) -> 
             text, _ = cut_at_stop(out.text or "", prepared.stops, request.include_stop_str_in_output)
             log_probs = None
             if request.logprobs is not None:
-                log_probs = completion_log_probs(state.tokenizer, out, 0, len(out.token_ids), len(echo))
+                log_probs = completion_log_probs(state.token_text, out, 0, len(out.token_ids), len(echo))
             choice = {"index": p * request.n + out.index, "text": echo + text, "finish_reason": out.finish_reason}
             choices.append({**choice, "logprobs": log_probs, **_extras(request, result.prompt_token_ids, out)})
     return prepared.envelope.body(choices, _usage(results))
@@ -108,8 +108,7 @@ def _stream_choice(
     request, final = prepared.request, out.finish_reason is not None
     first = index not in streams
     stream = streams.setdefault(index, TextStream(prepared.stops, request.include_stop_str_in_output))
-    text = out.text if out.text is not None else state.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-    delta = stream.delta(text, final)
+    delta = stream.delta(out.text, final)  # the text so far, decoded in the engine's thread (generation.py)
     if first and request.echo:
         delta = prepared.prompts.texts[prompt] + delta
     start, end = sent.get(index, 0), len(out.token_ids)
@@ -118,7 +117,7 @@ def _stream_choice(
     sent[index] = end
     log_probs = None
     if request.logprobs is not None:
-        log_probs = completion_log_probs(state.tokenizer, out, start, end)
+        log_probs = completion_log_probs(state.token_text, out, start, end)
     choice = {"index": index, "text": delta, "logprobs": log_probs, "finish_reason": out.finish_reason}
     if request.return_token_ids:
         choice["token_ids"] = out.token_ids[start:end]

@@ -1,7 +1,8 @@
 """Running a request's prompts on the async engine: all at once to the end, or as a merged stream of outputs.
 
-Both map the engine's ValueError (a bad prompt or sampling parameter) to `BadRequest`; a cancelled caller (client
-gone, timeout) cancels its engine requests, which aborts them (AsyncLLMEngine).
+Streams ask the engine for their text so far (`detokenize=True`): it is decoded incrementally in the engine's worker
+thread, off the event loop. Both map the engine's ValueError (a bad prompt or sampling parameter) to `BadRequest`;
+a cancelled caller (client gone, timeout) cancels its engine requests, which aborts them (AsyncLLMEngine).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ async def stream_all(
     images = images or [None] * len(jobs)
     if len(jobs) == 1:  # the usual case, without the merge
         try:
-            async for output in engine.stream(*jobs[0], request_id=new_id("req"), multi_modal_inputs=images[0]):
+            stream = engine.stream(*jobs[0], request_id=new_id("req"), multi_modal_inputs=images[0], detokenize=True)
+            async for output in stream:
                 if output.finished:
                     _count(metrics, output)
                 yield 0, output
@@ -65,7 +67,8 @@ async def stream_all(
 
     async def pump(index: int, ids: list[int], params: SamplingParams) -> None:
         try:
-            stream = engine.stream(ids, params, request_id=new_id("req"), multi_modal_inputs=images[index])
+            request_id, job_images = new_id("req"), images[index]
+            stream = engine.stream(ids, params, request_id=request_id, multi_modal_inputs=job_images, detokenize=True)
             async for output in stream:
                 queue.put_nowait((index, output))
         except Exception as error:

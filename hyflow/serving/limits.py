@@ -40,23 +40,35 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-async def run_until_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """`await work`, unless the client disconnects first: then `work` is cancelled (which aborts its engine
-    requests) and ClientGone is raised."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
-    try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
+async def run_until_disconnect(request: Request, work: Awaitable[T], timeout_s: float) -> T:
+    """`await work` within `timeout_s` (TimeoutError after), unless the client disconnects first: then `work` is
+    cancelled (which aborts its engine requests) and ClientGone is raised.
+
+    `work` runs in the calling task, not a task of its own: a new task would start only after every callback
+    already queued on the event loop, so in a burst each request's engine admission would wait until all the
+    requests behind it had been parsed, and the engine would start on none of them before the last one arrived.
+    A watcher task cancels the caller when the client goes."""
+    task = asyncio.current_task()
+    assert task is not None, "run_until_disconnect runs inside a task"
+    gone = False
+
+    async def cancel_when_gone() -> None:
+        nonlocal gone
+        await _wait_for_disconnect(request)
+        gone = True
         task.cancel()
-        raise
+
+    watcher = asyncio.ensure_future(cancel_when_gone())
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await work
+    except asyncio.CancelledError:
+        if not gone:
+            raise  # cancelled from outside (the server stopping): not ours to swallow
+        task.uncancel()
+        raise ClientGone from None
     finally:
         watcher.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)  # let it abort its engine requests
-    raise ClientGone
 
 
 class GuardMiddleware:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,30 +44,29 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total}
 
 
-def token_strings(tokenizer: Any, token_ids: list[int]) -> list[str]:
-    return [tokenizer.decode([token]) for token in token_ids]
+TokenText = Callable[[int], str]  # a token id's own text (`ServingState.token_text`, text.TokenTexts)
 
 
 def completion_log_probs(
-    tokenizer: Any, out: CompletionOutput, start: int, end: int, text_offset: int = 0
+    token_text: TokenText, out: CompletionOutput, start: int, end: int, text_offset: int = 0
 ) -> dict[str, Any]:
     """The legacy completions `logprobs` object for tokens start..end of a sample."""
-    tokens = token_strings(tokenizer, out.token_ids[start:end])
+    tokens = [token_text(token) for token in out.token_ids[start:end]]
     offsets, position = [], text_offset
     for token in tokens:
         offsets.append(position)
         position += len(token)
     top = None
     if out.top_log_probs is not None:
-        top = [{tokenizer.decode([t]): lp for t, lp in alts.items()} for alts in out.top_log_probs[start:end]]
+        top = [{token_text(t): lp for t, lp in alts.items()} for alts in out.top_log_probs[start:end]]
     return {"tokens": tokens, "token_logprobs": out.log_probs[start:end], "top_logprobs": top, "text_offset": offsets}
 
 
-def chat_log_probs(tokenizer: Any, out: CompletionOutput, start: int, end: int) -> dict[str, Any]:
+def chat_log_probs(token_text: TokenText, out: CompletionOutput, start: int, end: int) -> dict[str, Any]:
     """The chat `logprobs` object ({"content": [...]}) for tokens start..end of a sample."""
 
     def entry(token: int, log_prob: float) -> dict[str, Any]:
-        text = tokenizer.decode([token])
+        text = token_text(token)
         return {"token": text, "logprob": log_prob, "bytes": list(text.encode())}
 
     content = []

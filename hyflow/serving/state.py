@@ -10,6 +10,7 @@ from hyflow.agent.parsers import ToolParser
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.engine import LLMEngine
 from hyflow.serving.metrics import ServerMetrics
+from hyflow.serving.text import TokenTexts
 
 
 @dataclass
@@ -31,6 +32,7 @@ class ServingState:
     created: int = field(default_factory=lambda: int(time.time()))
     async_engine: AsyncLLMEngine = field(init=False)
     metrics: ServerMetrics = field(init=False)
+    token_text: TokenTexts = field(init=False)  # a token id's own text, decoded once per id
 
     def __post_init__(self) -> None:
         if self.engine.tokenizer is None:
@@ -39,6 +41,7 @@ class ServingState:
             )
         self.async_engine = AsyncLLMEngine(self.engine)
         self.metrics = ServerMetrics(self.engine)
+        self.token_text = TokenTexts(self.engine.tokenizer)
 
     @property
     def tokenizer(self) -> Any:

@@ -3,10 +3,14 @@
 
 The engine stops at the token that completes a stop string and keeps that token (RL trains on it), so the text is
 cut here. While streaming, the tail that could still become a stop string, and a trailing partial UTF-8 character
-(decoded as U+FFFD), are held back until the next tokens decide them.
+(decoded as U+FFFD), are held back until the next tokens decide them. The streamed text itself comes decoded from
+the engine's worker thread (`AsyncLLMEngine.stream(..., detokenize=True)`); each token's own text, which log-probs
+name, is decoded once per id (`TokenTexts`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 REPLACEMENT = "\ufffd"
 
@@ -29,6 +33,21 @@ def stop_prefix_length(text: str, stops: list[str]) -> int:
                 longest = size
                 break
     return longest
+
+
+class TokenTexts:
+    """Each token id's own text, `tokenizer.decode([id])`, decoded once per id and then looked up (a streamed token's
+    log-prob entry names it; decoding it anew for every token costs more than the rest of the chunk)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._decode = tokenizer.decode
+        self._texts: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = self._decode([token_id])
+        return text
 
 
 class TextStream:

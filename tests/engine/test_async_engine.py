@@ -137,3 +137,48 @@ def test_top_log_probs_are_the_most_likely_tokens_of_the_sampled_distribution(nu
 def test_top_log_probs_beyond_the_limit_name_it():
     with pytest.raises(ValueError, match=r"top_log_probs=21 .* \[0, 20\]"):
         SamplingParams(top_log_probs=21)
+
+
+@pytest.fixture(scope="module")
+def engine_with_tokenizer(tmp_path_factory) -> LLMEngine:
+    from transformers import AutoTokenizer
+
+    from hyflow.models.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("async_detokenize") / "tiny", hidden_size=32)
+    config = EngineConfig(block_size=4, max_model_len=64, num_kv_blocks=64, num_scheduler_steps=2)
+    return LLMEngine(path, config, AutoTokenizer.from_pretrained(path))
+
+
+@pytest.mark.timeout(60)
+def test_a_detokenizing_stream_carries_its_text_so_far_each_a_prefix_of_the_final_text(engine_with_tokenizer):
+    async_engine = AsyncLLMEngine(engine_with_tokenizer)
+    params = SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, seed=3)
+
+    async def main():
+        return [out async for out in async_engine.stream(PROMPTS[0], params, detokenize=True)]
+
+    outputs = asyncio.run(main())
+    final = outputs[-1].outputs[0]
+    assert len(outputs) >= 2 and final.text == engine_with_tokenizer.tokenizer.decode(
+        final.token_ids, skip_special_tokens=True
+    )
+    for output in outputs[:-1]:
+        assert output.outputs[0].text is not None and final.text.startswith(output.outputs[0].text)
+
+
+@pytest.mark.timeout(60)
+def test_a_reader_that_falls_behind_gets_the_tokens_of_several_steps_in_its_next_output(engine):
+    async_engine = AsyncLLMEngine(engine)
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+
+    async def main():
+        stream = async_engine.stream(PROMPTS[1], params, request_id="slow")
+        first = await anext(stream)
+        while engine.has_unfinished_requests():  # the reader is away while the engine steps on
+            await asyncio.sleep(0.005)
+        return [first] + [out async for out in stream]
+
+    outputs = asyncio.run(main())
+    assert len(outputs) == 2 and len(outputs[1].outputs[0].token_ids) == 20  # one output for all later steps
+    assert outputs[1].outputs[0].finish_reason == "length"

@@ -24,7 +24,7 @@ class ScriptedAsyncEngine(AsyncLLMEngine):
         ids = tokenizer.encode(self.reply, add_special_tokens=False)[: params.max_tokens]
         final = count is None
         ids = ids if final else ids[:count]
-        text = tokenizer.decode(ids, skip_special_tokens=True) if final else None
+        text = tokenizer.decode(ids, skip_special_tokens=True)  # streamed outputs carry their text so far too
         reason = "stop" if final else None
         outputs = [CompletionOutput(k, ids, [-0.5] * len(ids), reason, None, text) for k in range(params.n)]
         return RequestOutput("scripted", prompt, outputs)
@@ -34,7 +34,7 @@ class ScriptedAsyncEngine(AsyncLLMEngine):
         return self._output(prompt_token_ids, params)
 
     async def stream(
-        self, prompt_token_ids, params=None, request_id=None, multi_modal_inputs=None
+        self, prompt_token_ids, params=None, request_id=None, multi_modal_inputs=None, detokenize=False
     ) -> AsyncIterator[RequestOutput]:
         self.prompts.append(list(prompt_token_ids))
         total = len(self.engine.tokenizer.encode(self.reply, add_special_tokens=False))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hyflow.serving.text import TextStream, cut_at_stop, stop_prefix_length
+from hyflow.serving.text import TextStream, TokenTexts, cut_at_stop, stop_prefix_length
 
 
 def test_the_text_is_cut_before_the_earliest_stop_string_or_after_it_when_kept():
@@ -23,3 +23,16 @@ def test_a_stream_holds_back_a_possible_stop_and_a_partial_character_until_they_
     assert stream.delta("one EX caf\ufffd", final=False) == " caf"
     assert stream.delta("one EX café END more", final=False) == "é "
     assert stream.delta("one EX café END more", final=True) == ""
+
+
+def test_each_tokens_own_text_is_decoded_once_and_then_looked_up():
+    calls = []
+
+    class Tokenizer:
+        def decode(self, ids):
+            calls.append(ids)
+            return f"<{ids[0]}>"
+
+    token_text = TokenTexts(Tokenizer())
+    assert [token_text(t) for t in [5, 7, 5, 5]] == ["<5>", "<7>", "<5>", "<5>"]
+    assert calls == [[5], [7]]
