@@ -18,11 +18,11 @@ The loop runs as an asyncio task on the caller's event loop; each forward step r
 loop stays free for tool calls and HTTP. Requests are added and aborted only between steps (on the loop), so the
 scheduler is never touched by two threads at once. The loop sleeps when there is nothing to do.
 
-Streams cost the event loop little: the worker thread takes each stream's output after the step (and, with
-`stream(..., detokenize=True)`, its text, decoded incrementally: detokenizer.py), and a step's outputs are handed
-to the streams only once the next step has started, so their readers (an HTTP server's SSE encoding) run while
-the engine computes instead of between its steps. A reader that falls behind skips to the latest output: its
-next chunk carries the tokens of several steps.
+Streams cost the event loop little: the worker thread takes each stream's output right after the step (and, with
+`stream(..., detokenize=True)`, its text, decoded incrementally: detokenizer.py); the loop only hands them over.
+A reader that falls behind skips to the latest output: its next chunk carries the tokens of several steps.
+The readers (an HTTP server's SSE encoding) run between steps, not during them: every torch call of the step
+releases and retakes the GIL, and a busy event loop would hold it for up to a switch interval (5 ms) each time.
 """
 
 from __future__ import annotations
@@ -198,23 +198,19 @@ class AsyncLLMEngine:
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
-            grown: list[tuple[_Stream, RequestOutput]] = []  # the last step's outputs, not handed over yet
             while self.engine.has_unfinished_requests() and not self.engine.paused:
                 async with self._step_lock:
                     streams = list(self._streams.items())
-                    step = self._loop.run_in_executor(None, self._step, streams)  # the thread starts it now
-                    self._publish(grown)  # their readers run on the loop while this step runs in the thread
                     try:
-                        finished, grown = await step
+                        finished, grown = await self._loop.run_in_executor(None, self._step, streams)
                     except Exception as error:  # a failing step must not leave callers waiting forever
                         logger.exception("engine step failed; failing the %d waiting requests", len(self._futures))
-                        grown = []
                         self._fail_all(error)
                         break
                 for output in finished:
                     self._deliver(output)
+                self._publish(grown)  # the readers run now, between steps (see the module docstring)
                 await asyncio.sleep(0)  # let new requests and aborts in between steps
-            self._publish(grown)
             self._wakeup.clear()
 
     def _fail_all(self, error: Exception) -> None:

@@ -50,7 +50,7 @@ def test_the_benchmark_reports_server_and_offline_throughput_on_the_tiny_shape(s
             "--client-processes", "2"]  # fmt: skip
     results = serve_throughput.main([*argv, "--port", str(free_port()), "--folder", str(tmp_path / "model")])
     served = results["hyflow"]
-    assert served["tok_s"] > 0 and results["offline_tok_s"] > 0
+    assert served["tok_s"] > 0 and results["offline_tok_s"] > 0 and served["server_cpu_us_per_token"] > 0
     for metric in ("ttft", "itl"):
         p50, p90, p99 = (served[metric][f"p{q}_ms"] for q in (50, 90, 99))
         assert math.isfinite(p99) and 0 < p50 <= p90 <= p99
