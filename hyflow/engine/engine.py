@@ -43,7 +43,7 @@ from hyflow.engine.kv_cache import num_blocks_for_memory
 from hyflow.engine.model_runner import ModelRunner
 from hyflow.engine.models import load_model, load_vision
 from hyflow.engine.models.vision import load_weights
-from hyflow.engine.multimodal import PromptImages, prompt_images
+from hyflow.engine.multimodal import PromptImages, VisionSpec, prompt_images
 from hyflow.engine.parallel import TensorParallel
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
@@ -130,11 +130,10 @@ class LLMEngine:
             return None
         if self.vision is None:
             raise ValueError(
-                f"request {request_id!r} carries images (multi_modal_inputs), but the engine's model "
+                f"request {request_id!r} carries images or videos (multi_modal_inputs), but the engine's model "
                 f"{getattr(self.hf_config, 'architectures', None)} has no vision tower; load a vision-language model"
             )
-        image_token_id = self.hf_config.image_token_id
-        return prompt_images(prompt, inputs, image_token_id, self.vision.merge_size, request_id)
+        return prompt_images(prompt, inputs, VisionSpec.from_hf_config(self.hf_config), request_id)
 
     def add_request(
         self,
@@ -144,8 +143,9 @@ class LLMEngine:
         multi_modal_inputs: dict[str, Any] | None = None,
     ) -> str:
         """Queues one request (its `n` samples share the prompt's cache blocks); returns its id.
-        `multi_modal_inputs`: the processor's `pixel_values` and `image_grid_thw` of an image prompt, whose
-        `prompt_token_ids` hold each image's pad tokens expanded (as the processor returns them)."""
+        `multi_modal_inputs`: the processor's `pixel_values` and `image_grid_thw` of an image prompt (for videos
+        `pixel_values_videos`, `video_grid_thw` and, Qwen2.5-VL, `second_per_grid_ts`), whose `prompt_token_ids`
+        hold each image's (video's) pad tokens expanded (as the processor returns them)."""
         if params is None:
             params = SamplingParams()
         elif isinstance(params, dict):
