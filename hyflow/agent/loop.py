@@ -104,14 +104,15 @@ class AgentData:
     metrics: AgentLoopMetrics = field(default_factory=AgentLoopMetrics)
     extra_fields: dict[str, Any] = field(default_factory=dict)
     image_data: list[Any] = field(default_factory=list)  # PIL images, in the order of their pads
-    video_data: list[list[Any]] = field(default_factory=list)  # videos as frame lists, likewise
+    video_data: list[Any] = field(default_factory=list)  # videos (hyflow.data.video.Video), likewise
     multi_modal_inputs: dict[str, Any] = field(default_factory=dict)  # their processor outputs
 
-    def add_images(self, images: list[Any], inputs: dict[str, Any]) -> None:
-        """Images whose pad tokens were just appended: kept, and their processor outputs appended."""
+    def add_images(self, images: list[Any], inputs: dict[str, Any], videos: list[Any] | None = None) -> None:
+        """Images (and videos) whose pad tokens were just appended: kept, and their processor outputs appended."""
         from hyflow.agent.vision import merge_inputs
 
         self.image_data += images
+        self.video_data += videos or []
         self.multi_modal_inputs = merge_inputs(self.multi_modal_inputs, inputs)
 
     def append_model_tokens(

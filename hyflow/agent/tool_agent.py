@@ -13,8 +13,9 @@
   each cut off after its tool's `timeout`; a failure becomes "Error when executing tool: ..." in the conversation;
   responses are cut to `max_tool_response_length` characters on `tool_response_truncate_side`, rendered by the
   chat template and appended with mask 0 (see `hyflow.agent.chat` for why this stays token-consistent).
-  A tool's images (`ToolResponse.image`, vision-language models) go in front of its text as image parts: their
-  pad tokens are expanded in the delta and their processor outputs join the episode's `multi_modal_inputs`
+  A tool's images and videos (`ToolResponse.image` / `.video`, vision-language models) go in front of its text as
+  image and video parts: their pad tokens are expanded in the delta and their processor outputs join the episode's
+  `multi_modal_inputs`
   (`hyflow.agent.vision`); a response that would overflow `response_length` keeps only its text.
 - INTERACTING: the interaction scores the answer (`turn_scores`) and may end the episode; else its reply becomes a
   user message (mask 0), up to `max_user_turns` replies.
@@ -37,7 +38,13 @@ from hyflow.agent.chat import encode_prompt, truncate_text
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
 from hyflow.agent.parsers import FunctionCall
 from hyflow.agent.tools.base import BaseTool, ToolResponse
-from hyflow.agent.vision import encode_prompt_with_images, expand_tool_images, tool_images, tool_message
+from hyflow.agent.vision import (
+    encode_prompt_with_images,
+    expand_tool_images,
+    tool_images,
+    tool_message,
+    tool_videos,
+)
 from hyflow.engine.config import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -166,12 +173,14 @@ class ToolAgentLoop(AgentLoopBase):
         cut = multi_turn.max_tool_response_length
         texts = [truncate_text(r.text or "", cut, multi_turn.tool_response_truncate_side) for r in responses]
         images = [list(r.image or []) for r in responses]
-        messages, delta, inputs = self._tool_turn(data, texts, images)
+        videos = [list(r.video or []) for r in responses]
+        messages, delta, inputs = self._tool_turn(data, texts, images, videos)
         data.messages.extend(messages)
         data.tool_turns += 1
         data.append_context_tokens(delta)
         if inputs:
-            data.add_images([image for group in images for image in group], inputs)
+            flat_images = [image for group in images for image in group]
+            data.add_images(flat_images, inputs, [video for group in videos for video in group])
         if len(data.response_ids) >= self.response_length:
             return self._end(data, "length")
         return AgentState.GENERATING
@@ -194,18 +203,20 @@ class ToolAgentLoop(AgentLoopBase):
         return AgentState.GENERATING
 
     def _tool_turn(
-        self, data: AgentData, texts: list[str], images: list[list[Any]]
+        self, data: AgentData, texts: list[str], images: list[list[Any]], videos: list[list[Any]]
     ) -> tuple[list[dict[str, Any]], list[int], dict[str, Any]]:
-        """(messages, token delta, new images' processor outputs) of one tool turn; its images are dropped when
-        the delta would overflow the response budget (the episode ends there, a cut pad block could not train)."""
+        """(messages, token delta, new images' and videos' processor outputs) of one tool turn; its images and
+        videos are dropped when the delta would overflow the response budget (the episode ends there, a cut pad
+        block could not train)."""
         encode = self.context.message_delta.encode
         text_only = [tool_message(text, 0) for text in texts]
-        if not any(images):
+        if not any(images) and not any(videos):
             return text_only, encode(text_only, data.last_turn_ended_with_eos), {}
-        messages = [tool_message(text, len(group)) for text, group in zip(texts, images)]
-        flat = [image for group in images for image in group]
+        messages = [tool_message(text, len(im), len(vi)) for text, im, vi in zip(texts, images, videos)]
+        flat_images = [image for group in images for image in group]
+        flat_videos = [video for group in videos for video in group]
         delta, inputs = expand_tool_images(
-            self.context.processor, encode(messages, data.last_turn_ended_with_eos), flat
+            self.context.processor, encode(messages, data.last_turn_ended_with_eos), flat_images, flat_videos
         )
         if len(data.response_ids) + len(delta) > self.response_length:
             return text_only, encode(text_only, data.last_turn_ended_with_eos), {}
@@ -238,15 +249,16 @@ class ToolAgentLoop(AgentLoopBase):
             logger.warning("tool %s raised on arguments %s: %r", call.name, call.arguments, error)
             return self._failed(data, str(error))
         data.tool_rewards.append(float(reward))
-        if response.video:
-            logger.warning("tool %s returned videos; tool responses carry text and images only: dropped", call.name)
-        if response.image and self.context.processor is None:
-            logger.warning("tool %s returned images, but the model has no processor (text only): dropped", call.name)
+        if (response.image or response.video) and self.context.processor is None:
+            logger.warning(
+                "tool %s returned images or videos, but the model has no processor (text only): dropped", call.name
+            )
             return ToolResponse(text=response.text)
         try:
-            return ToolResponse(text=response.text, image=tool_images(response.image, call.name))
+            image, video = tool_images(response.image, call.name), tool_videos(response.video, call.name)
         except ValueError as error:
             return self._failed(data, str(error))
+        return ToolResponse(text=response.text, image=image, video=video)
 
     @staticmethod
     def _failed(data: AgentData, reason: str) -> ToolResponse:

@@ -26,9 +26,10 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 @dataclass
 class ToolResponse:
-    """What a tool call returns to the conversation: `text`, and `image` (PIL images, `{"bytes", "path"}` or file
-    paths), which a vision-language model sees in front of the text (`hyflow.agent.vision`; a text-only model's loop
-    drops them with a warning). `video` is accepted so that verl tools load, and dropped with a warning."""
+    """What a tool call returns to the conversation: `text`, `image` (PIL images, `{"bytes", "path"}` or file
+    paths) and `video` (each a list of frames, a GIF / animated WebP file, verl's `{"video": ..., "fps": ...}` or a
+    `hyflow.data.video.Video`), which a vision-language model sees in front of the text, images first
+    (`hyflow.agent.vision`; a text-only model's loop drops them with a warning)."""
 
     text: str | None = None
     image: list[Any] | None = None
