@@ -5,13 +5,22 @@ shared only where its frames and its temporal positions are the same."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hyflow.engine.block_manager import BlockManager
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.multimodal import VisionSpec, prompt_images
 from hyflow.engine.sequence import Sequence
 
-from .vlm_testkit import hf_greedy, make_engine, make_tiny_vlm, random_image, video_prompt, vision_engine_inputs
+from .vlm_testkit import (
+    hf_greedy,
+    make_engine,
+    make_tiny_vlm,
+    random_image,
+    recording_logits,
+    video_prompt,
+    vision_engine_inputs,
+)
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 
@@ -74,3 +83,26 @@ def test_video_inputs_that_do_not_match_the_prompt_are_refused_naming_the_reques
     with pytest.raises(ValueError, match=r"request 'seconds'.*second_per_grid_ts has 2 entries for 1 video"):
         engine.add_request(prompt, GREEDY, "seconds", multi_modal_inputs={**vision, "second_per_grid_ts": [1, 1]})
     assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.timeout(180)
+def test_a_clip_whose_positions_reach_past_the_text_after_it_decodes_as_a_forward_over_prompt_and_response(vlm):
+    """A slow clip (0.25 fps: 8 s per temporal patch; Qwen2.5-VL's temporal positions 32 apart) ends the prompt's
+    largest position beyond its last: the response continues after the prompt's text, as a transformers forward
+    over prompt + response (the training batch's positions) places it."""
+    model, processor, _ = vlm
+    inputs = video_prompt(processor, frames(50, count=6), fps=0.25)
+    prompt, vision = vision_engine_inputs(inputs)
+    engine = make_engine(model, num_scheduler_steps=1)
+    recorded = recording_logits(engine)
+    tokens = engine.generate([prompt], GREEDY, multi_modal_inputs=[vision])[0].outputs[0].token_ids
+    positions = prompt_images(prompt, vision, VisionSpec.from_hf_config(model.config), "r").positions
+    if model.config.model_type == "qwen2_5_vl":
+        assert int(positions.max()) > int(positions[:, -1].max())  # the case under test
+    ids = torch.tensor([prompt + tokens[:-1]])
+    types = torch.zeros_like(ids)
+    types[0, : len(prompt)] = inputs["mm_token_type_ids"][0]
+    video = {key: value for key, value in vision.items() if "video" in key or key == "second_per_grid_ts"}
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), mm_token_type_ids=types, **video).logits[0]
+    torch.testing.assert_close(torch.cat(recorded), logits[len(prompt) - 1 :], atol=1e-5, rtol=1e-5)

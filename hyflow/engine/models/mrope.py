@@ -10,10 +10,14 @@ step_k is 1 for images and for Qwen2-VL's videos (the temporal row counts tempor
 video's temporal patches by time, step_k = tokens_per_second * second_per_grid_ts[k] (seconds per temporal patch:
 temporal_patch_size / fps), computed in float32 and floored as transformers' `get_rope_index` does.
 
-Every generated token (index i >= P) gets i + delta on all three rows, delta = max(prompt positions) + 1 - P: the
-decode continues one past the prompt's largest position (transformers' `rope_deltas`). With all three rows equal,
-M-RoPE is plain RoPE at that position, so decode steps (and their CUDA graphs) run the text path with positions
-shifted by each sequence's delta; only prefills of image prompts read three rows.
+Every generated token (index i >= P) gets i + delta on all three rows, delta = s_end - P, s_end the s after the
+prompt's last token: the response continues as text after the prompt does in a forward over prompt + response (the
+positions the training batch holds, and those a later turn's prefill of the whole conversation computes). For a
+prompt that ends in text this is one past its last position, and one past its largest too unless a video's temporal
+positions reach beyond the text after it (a long Qwen2.5-VL clip), where transformers' `generate` (`rope_deltas`)
+and vLLM continue one past the largest instead. With all three rows equal, M-RoPE is plain RoPE at that position,
+so decode steps (and their CUDA graphs) run the text path with positions shifted by each sequence's delta; only
+prefills of image prompts read three rows.
 
 The rotation (`MRotaryEmbedding`): the d/2 frequencies of `inv_freq` are split into `mrope_section` = (s_t, s_h,
 s_w) consecutive groups; group r takes its angle from row r:
@@ -62,8 +66,7 @@ def mrope_positions(
         grid = torch.meshgrid(temporal, torch.arange(h), torch.arange(w), indexing="ij")
         rows.append(torch.stack(grid).reshape(3, -1) + next_pos)
         next_pos, i = next_pos + max(h, w), i + t * h * w  # as transformers' get_rope_index, whatever t is
-    positions = torch.cat(rows, dim=1)
-    return positions, int(positions.max()) + 1 - len(token_ids)
+    return torch.cat(rows, dim=1), next_pos - len(token_ids)
 
 
 def video_time_steps(tokens_per_second: float | None, second_per_grid_ts: Any, num_videos: int) -> list[float] | None:
