@@ -36,7 +36,8 @@ from typing import Any
 from hyflow.agent.chat import encode_prompt, truncate_text
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
 from hyflow.agent.parsers import FunctionCall
-from hyflow.agent.tools.base import BaseTool, ToolResponse
+from hyflow.agent.tools.base import ToolResponse
+from hyflow.agent.tools.registry import Tool
 from hyflow.agent.vision import encode_prompt_with_images, expand_tool_images, tool_images, tool_message
 from hyflow.engine.config import SamplingParams
 
@@ -53,7 +54,7 @@ class AgentState(enum.Enum):
     TERMINATED = "terminated"
 
 
-def select_tools(tools: dict[str, BaseTool], extra_info: dict[str, Any]) -> dict[str, BaseTool]:
+def select_tools(tools: dict[str, Tool], extra_info: dict[str, Any]) -> dict[str, Tool]:
     """The tools a sample may use: all, or those named in `extra_info["tool_selection"]`."""
     selection = extra_info.get("tool_selection")
     if selection is None:
@@ -102,7 +103,7 @@ class ToolAgentLoop(AgentLoopBase):
 
     # ---- states ---------------------------------------------------------------------------------------------
     async def _pending(self, data: AgentData) -> AgentState:
-        schemas = [tool.tool_schema for tool in self.tools.values()]
+        schemas = [tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for tool in self.tools.values()]
         processor = self.context.processor
         if processor is None:
             data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas)
@@ -115,7 +116,7 @@ class ToolAgentLoop(AgentLoopBase):
             create_kwargs = dict(data.tools_kwargs.get(name, {}).get("create_kwargs", {}))
             if tool.takes_images:
                 create_kwargs.setdefault("image_data", prompt_images)
-            data.tool_instances[name] = await tool.create(**create_kwargs)
+            data.tool_instances[name], _ = await tool.create(**create_kwargs)
         if self.interaction_kwargs:
             await self._start_interaction(data)
         return AgentState.GENERATING
@@ -230,10 +231,10 @@ class ToolAgentLoop(AgentLoopBase):
         instance_id = data.tool_instances[call.name]
         try:
             response, reward, _ = await asyncio.wait_for(
-                tool.execute(instance_id, call.arguments, **execute_kwargs), tool.config.timeout
+                tool.execute(instance_id, call.arguments, **execute_kwargs), tool.timeout
             )
         except TimeoutError:
-            return self._failed(data, f"{call.name} timed out after {tool.config.timeout:g} seconds")
+            return self._failed(data, f"{call.name} timed out after {tool.timeout:g} seconds")
         except Exception as error:  # a tool's bug must not end the batch: the model sees the error instead
             logger.warning("tool %s raised on arguments %s: %r", call.name, call.arguments, error)
             return self._failed(data, str(error))

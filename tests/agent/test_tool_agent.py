@@ -11,6 +11,7 @@ from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
 from hyflow.agent.tool_agent import TOOL_ERROR_PREFIX, ToolAgentLoop
 from hyflow.agent.tools.base import BaseTool, ToolResponse
 from hyflow.agent.tools.calculator import CalculatorTool
+from hyflow.agent.tools.registry import load_all_tools
 from hyflow.engine.config import SamplingParams
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,7 +41,7 @@ class RecordingTool(BaseTool):
         self.released: list[str] = []
         self.running = self.peak_running = 0
 
-    async def create(self, instance_id: str | None = None, **kwargs: Any) -> str:
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
         self.created.append(kwargs)
         return await super().create(instance_id, **kwargs)
 
@@ -277,3 +278,19 @@ def test_a_turn_cut_short_by_the_engine_ends_the_episode_without_running_its_cal
     tool = RecordingTool()
     output = run_loop(make_context(server, tools=[tool]))
     assert output.finish_reason == "length" and len(server.calls) == 1 and not tool.executed
+
+
+def test_a_function_tool_from_a_python_file_is_called_like_any_tool(make_server, make_context, call_text, tmp_path):
+    (tmp_path / "weather.py").write_text(
+        "from hyflow.agent.tools.function_tool import function_tool\n\n\n"
+        "@function_tool\n"
+        "def get_weather(city: str) -> tuple[dict, float]:\n"
+        '    """The weather of a city.\n\n    Args:\n        city: the city.\n    """\n'
+        '    return {"city": city, "sky": "drizzle"}, 0.25\n'
+    )
+    tools = load_all_tools(None, tmp_path / "weather.py")
+    server = make_server([call_text("get_weather", city="Oslo"), "Drizzle."])
+    output = run_loop(make_context(server, tools=tools))
+    assert output.finish_reason == "stop" and output.metrics.num_tool_calls == 1
+    assert output.extra_fields["tool_rewards"] == [0.25] and output.extra_fields["tool_scores"] == {"get_weather": 0.0}
+    assert '{"city": "Oslo", "sky": "drizzle"}' in server.tokenizer.decode(server.calls[1]["prompt_ids"])
