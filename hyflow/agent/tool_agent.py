@@ -35,7 +35,7 @@ from typing import Any
 
 from hyflow.agent.chat import encode_prompt, truncate_text
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
-from hyflow.agent.parsers import FunctionCall
+from hyflow.agent.parsers import FunctionCall, decode_arguments
 from hyflow.agent.tools.base import ToolResponse
 from hyflow.agent.tools.registry import Tool
 from hyflow.agent.vision import encode_prompt_with_images, expand_tool_images, tool_images, tool_message
@@ -76,6 +76,7 @@ class ToolAgentLoop(AgentLoopBase):
         extra_info = dict(kwargs.get("extra_info") or {})
         self.sampling_params = sampling_params
         self.tools = select_tools(self.context.tools, extra_info)
+        self.tool_schemas = [tool.tool_schema for tool in self.tools.values()]
         self.interaction_kwargs = dict(kwargs.get("interaction_kwargs") or extra_info.get("interaction_kwargs") or {})
         data = AgentData(
             request_id=kwargs["request_id"],
@@ -103,7 +104,7 @@ class ToolAgentLoop(AgentLoopBase):
 
     # ---- states ---------------------------------------------------------------------------------------------
     async def _pending(self, data: AgentData) -> AgentState:
-        schemas = [tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for tool in self.tools.values()]
+        schemas = [schema.model_dump(exclude_unset=True, exclude_none=True) for schema in self.tool_schemas]
         processor = self.context.processor
         if processor is None:
             data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas)
@@ -139,26 +140,54 @@ class ToolAgentLoop(AgentLoopBase):
         data.last_turn_ended_with_eos = ended_with_eos
         content_ids = output.token_ids[:-1] if ended_with_eos else output.token_ids
         content = self.tokenizer.decode(content_ids, skip_special_tokens=False)
-        data.messages.append({"role": "assistant", "content": content})
-        if output.finish_reason == "abort":
-            return self._end(data, "abort")
-        if output.finish_reason == "length" or len(data.response_ids) >= self.response_length:
-            return self._end(data, "length")  # the turn was cut (budget or the engine's max_model_len)
-        max_turns = self.context.multi_turn.max_assistant_turns
-        if max_turns is not None and data.assistant_turns >= max_turns:
-            return self._end(data, "max_turns")
-        parsed = self.context.tool_parser.parse(content)
+        ended = self._turn_end(data, output.finish_reason)
+        if ended is not None:
+            data.messages.append({"role": "assistant", "content": content})
+            return ended
+        parsed = self.context.tool_parser.parse(content, self.tool_schemas)
         data.metrics.num_malformed_tool_calls += parsed.num_malformed
         data.tool_calls = parsed.calls if self.tools else []
+        data.messages.append(self._build_assistant_message(parsed.text if data.tool_calls else content, data))
         if data.tool_calls:
             return AgentState.PROCESSING_TOOLS
         if data.interaction is not None:
             return AgentState.INTERACTING
         return self._end(data, "stop")
 
+    def _turn_end(self, data: AgentData, finish_reason: str) -> AgentState | None:
+        """TERMINATED when the turn just generated ends the episode (abort, length, turn limit), else None."""
+        if finish_reason == "abort":
+            return self._end(data, "abort")
+        if finish_reason == "length" or len(data.response_ids) >= self.response_length:
+            return self._end(data, "length")  # the turn was cut (budget or the engine's max_model_len)
+        max_turns = self.context.multi_turn.max_assistant_turns
+        if max_turns is not None and data.assistant_turns >= max_turns:
+            return self._end(data, "max_turns")
+        return None
+
+    @property
+    def max_parallel_calls(self) -> int:
+        return self.context.multi_turn.max_parallel_calls
+
+    def _build_assistant_message(self, content: str, data: AgentData) -> dict[str, Any]:
+        """The model's turn as an OpenAI chat message: its text and the calls that will run (at most
+        `max_parallel_calls`), arguments decoded, each with the model's call id when the format has one."""
+        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        if not data.tool_calls:
+            return message
+        message["tool_calls"] = []
+        for call in data.tool_calls[: self.max_parallel_calls]:
+            arguments = decode_arguments(call.arguments)  # a custom parser's broken JSON is shown as written
+            function = {"name": call.name, "arguments": call.arguments if arguments is None else arguments}
+            entry: dict[str, Any] = {"type": "function", "function": function}
+            if call.tool_call_id is not None:
+                entry["id"] = call.tool_call_id
+            message["tool_calls"].append(entry)
+        return message
+
     async def _processing_tools(self, data: AgentData) -> AgentState:
         multi_turn = self.context.multi_turn
-        calls = data.tool_calls[: multi_turn.max_parallel_calls]
+        calls = data.tool_calls[: self.max_parallel_calls]
         data.metrics.num_dropped_tool_calls += len(data.tool_calls) - len(calls)
         start = time.perf_counter()
         responses = await asyncio.gather(*(self._call_tool(data, call) for call in calls))
@@ -224,19 +253,23 @@ class ToolAgentLoop(AgentLoopBase):
         tool = self.tools.get(call.name)
         if tool is None:
             return self._failed(data, f"unknown tool {call.name!r}; available tools: {sorted(self.tools)}")
-        missing = tool.missing_arguments(call.arguments)
+        try:
+            arguments = call.arguments_dict()
+        except ValueError as error:
+            return self._failed(data, str(error))
+        missing = tool.missing_arguments(arguments)
         if missing:
             return self._failed(data, f"{call.name} is missing required arguments {missing}")
         execute_kwargs = data.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
         instance_id = data.tool_instances[call.name]
         try:
             response, reward, _ = await asyncio.wait_for(
-                tool.execute(instance_id, call.arguments, **execute_kwargs), tool.timeout
+                tool.execute(instance_id, arguments, **execute_kwargs), tool.timeout
             )
         except TimeoutError:
             return self._failed(data, f"{call.name} timed out after {tool.timeout:g} seconds")
         except Exception as error:  # a tool's bug must not end the batch: the model sees the error instead
-            logger.warning("tool %s raised on arguments %s: %r", call.name, call.arguments, error)
+            logger.warning("tool %s raised on arguments %s: %r", call.name, arguments, error)
             return self._failed(data, str(error))
         data.tool_rewards.append(float(reward))
         if response.video:

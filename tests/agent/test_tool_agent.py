@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
+from hyflow.agent.loop import AgentData
+from hyflow.agent.parsers import FunctionCall
 from hyflow.agent.tool_agent import TOOL_ERROR_PREFIX, ToolAgentLoop
 from hyflow.agent.tools.base import BaseTool, ToolResponse
 from hyflow.agent.tools.calculator import CalculatorTool
@@ -294,3 +296,21 @@ def test_a_function_tool_from_a_python_file_is_called_like_any_tool(make_server,
     assert output.finish_reason == "stop" and output.metrics.num_tool_calls == 1
     assert output.extra_fields["tool_rewards"] == [0.25] and output.extra_fields["tool_scores"] == {"get_weather": 0.0}
     assert '{"city": "Oslo", "sky": "drizzle"}' in server.tokenizer.decode(server.calls[1]["prompt_ids"])
+
+
+def test_a_turn_with_calls_is_kept_as_an_openai_message_with_the_calls_that_run(make_server, make_context):
+    context = make_context(make_server(["unused"]), tools=[CalculatorTool()], max_parallel_calls=1)
+    loop = ToolAgentLoop(context)
+    calls = [FunctionCall.of("calculator", {"expression": "1+1"}, tool_call_id="call-0"), FunctionCall("calculator")]
+    data = AgentData(request_id="r", messages=[], tool_calls=calls)
+    assert loop._build_assistant_message("Computing.", data) == {
+        "role": "assistant",
+        "content": "Computing.",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1+1"}}, "id": "call-0"}
+        ],
+    }
+    assert loop._build_assistant_message("Done.", AgentData(request_id="r", messages=[])) == {
+        "role": "assistant",
+        "content": "Done.",
+    }
