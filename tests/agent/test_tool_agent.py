@@ -9,7 +9,7 @@ import pytest
 
 from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
 from hyflow.agent.loop import AgentData
-from hyflow.agent.parsers import FunctionCall
+from hyflow.agent.parsers import FunctionCall, ParsedToolCalls, ToolParser
 from hyflow.agent.tool_agent import TOOL_ERROR_PREFIX, ToolAgentLoop
 from hyflow.agent.tools.base import BaseTool, ToolResponse
 from hyflow.agent.tools.calculator import CalculatorTool
@@ -256,14 +256,12 @@ def test_generation_is_limited_to_the_remaining_response_budget(make_server, mak
 @pytest.mark.parametrize(
     ("side", "expected"),
     [
-        ("left", "echo:abcde...(truncated)"),
-        ("right", "(truncated)...qrstuvwxyz"),
+        ("left", "(truncated)...qrstuvwxyz"),
+        ("right", "echo:abcde...(truncated)"),
         ("middle", "echo:\n...(truncated)...\nvwxyz"),
     ],
 )
-def test_tool_responses_are_truncated_on_the_configured_side(
-    make_server, make_context, call_text, tokenizer, side, expected
-):
+def test_tool_responses_are_cut_on_the_configured_side(make_server, make_context, call_text, tokenizer, side, expected):
     server = make_server([call_text("echo", x="abcdefghijklmnopqrstuvwxyz"), "done"])
     context = make_context(
         server, tools=[RecordingTool()], max_tool_response_length=10, tool_response_truncate_side=side
@@ -314,3 +312,21 @@ def test_a_turn_with_calls_is_kept_as_an_openai_message_with_the_calls_that_run(
         "role": "assistant",
         "content": "Done.",
     }
+
+
+def test_arguments_that_are_not_a_json_object_reach_the_model_as_an_error(
+    make_server, make_context, call_text, tokenizer
+):
+    class LooseParser(ToolParser):
+        """Passes the text after `call:` on as the arguments, unchecked (as a careless custom parser would)."""
+
+        def parse(self, text, tools=None):
+            return ParsedToolCalls("", [FunctionCall("echo", text.partition("call:")[2])] if "call:" in text else [])
+
+    tool = RecordingTool()
+    context = make_context(make_server(["call:{x: 1}", "sorry"]), tools=[tool])
+    context.tool_parser = LooseParser(tokenizer)
+    output = run_loop(context)
+    text = tokenizer.decode(output.response_ids, skip_special_tokens=False)
+    assert f"{TOOL_ERROR_PREFIX}Invalid JSON in arguments for 'echo'" in text and not tool.executed
+    assert output.metrics.num_failed_tool_calls == 1
