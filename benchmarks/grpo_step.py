@@ -300,12 +300,18 @@ def profile_steps_after_first(trainer: Any) -> None:
 
 def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
     """Train `--steps` GRPO steps with `PPOTrainer.fit()`; returns each step's seconds and `timing_s/*` stages."""
+    return train_and_time(hyflow_overrides(args, assets, root), root, profile=args.profile)
+
+
+def train_and_time(overrides: list[str], root: Path, profile: bool = False) -> dict[str, Any]:
+    """`PPOTrainer.fit()` with `overrides` (a `file` logger among them) in `root`; each step's seconds, its
+    `timing_s/*` stages, CUDA-graph captures and logged mean response length, read back from the file logger."""
     from hyflow.config import load_config
     from hyflow.trainer.ppo_trainer import PPOTrainer
 
     with isolated_process_state(root):
-        trainer = PPOTrainer(load_config(hyflow_overrides(args, assets, root)))
-        if args.profile:
+        trainer = PPOTrainer(load_config(overrides))
+        if profile:
             profile_steps_after_first(trainer)
         try:
             trainer.init_workers()
@@ -320,7 +326,11 @@ def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> 
         timing["step"] -= timing.pop("save_checkpoint", 0.0)  # the end-of-run checkpoint is not part of a step
         stages.append(timing)
     captures = [metrics.get("rollout/cuda_graph_captures", 0) for metrics in logged]
-    return {"step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures}
+    lengths = [metrics.get("response_length/mean") for metrics in logged]
+    return {
+        "step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures,
+        "response_length_mean": lengths,
+    }  # fmt: skip
 
 
 def synchronize() -> None:
@@ -360,6 +370,8 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
         names = sorted({name for timing in later for name in timing if name != "step"})
         summary["verl_stages_mean_s"] = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
         summary["verl_stages_s"] = side["verl_stages_s"]
+    if any(side.get("response_length_mean") or []):
+        summary["response_length_mean"] = side["response_length_mean"]
     if on_this_gpu:
         summary["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
         summary["memory_left_gib"] = torch.cuda.memory_allocated() / 2**30
