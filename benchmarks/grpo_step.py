@@ -93,6 +93,7 @@ def parse_args() -> argparse.Namespace:
         help="verl's side: a PYTHONPATH with verl's source, its pinned packages and vLLM (see grpo_step_verl.py)",
     )  # fmt: skip
     parser.add_argument("--verl-gpu-memory-utilization", type=float, default=0.5, help="verl's vLLM memory share")
+    parser.add_argument("--verl-timeout", type=float, default=400, help="seconds verl's whole run may take")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps per side; step 1 is reported as warm-up")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n / num_generations)")

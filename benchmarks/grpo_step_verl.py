@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -103,16 +104,24 @@ def run_verl(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> di
         env.pop(key, None)
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *verl_overrides(args, assets, root, reward_file)]
     log_file = root / "verl.log"
-    with log_file.open("w") as log:
-        completed = subprocess.run(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    with log_file.open("w") as log:  # its own process group: a timeout stops Ray's processes with it
+        child = subprocess.Popen(
+            command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            returncode = child.wait(timeout=args.verl_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            returncode = f"none: stopped after --verl-timeout={args.verl_timeout} s"
+            child.wait()
     lines = log_file.read_text(errors="replace").splitlines()
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "verl_grpo_step.log").write_text("\n".join(lines[-4000:]) + "\n")
     logged = parse_step_lines(lines)
-    if completed.returncode != 0 or len(logged) < args.steps:
+    if returncode != 0 or len(logged) < args.steps:
         tail = "\n".join(lines[-40:])
         raise RuntimeError(
-            f"verl's trainer exited with code {completed.returncode} after {len(logged)} of {args.steps} steps; "
+            f"verl's trainer exited with code {returncode} after {len(logged)} of {args.steps} steps; "
             f"last lines of its log:\n{tail}"
         )
     stages = [
