@@ -68,6 +68,13 @@ def select_tools(tools: dict[str, Tool], extra_info: dict[str, Any]) -> dict[str
     return {name: tools[name] for name in selection}
 
 
+def answering(messages: list[dict[str, Any]], call_ids: list[str | None]) -> list[dict[str, Any]]:
+    """The tool messages with `tool_call_id` set to the id of the call each answers, where the call had one."""
+    return [
+        {**message, "tool_call_id": id_} if id_ is not None else message for message, id_ in zip(messages, call_ids)
+    ]
+
+
 @register_agent_loop("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
     """Multi-turn episodes with tools and interactions (see the module docstring for the states)."""
@@ -196,7 +203,7 @@ class ToolAgentLoop(AgentLoopBase):
         cut = multi_turn.max_tool_response_length
         texts = [truncate_text(r.text or "", cut, multi_turn.tool_response_truncate_side) for r in responses]
         images = [list(r.image or []) for r in responses]
-        messages, delta, inputs = self._tool_turn(data, texts, images)
+        messages, delta, inputs = self._tool_turn(data, texts, images, [call.tool_call_id for call in calls])
         data.messages.extend(messages)
         data.tool_turns += 1
         data.append_context_tokens(delta)
@@ -224,15 +231,16 @@ class ToolAgentLoop(AgentLoopBase):
         return AgentState.GENERATING
 
     def _tool_turn(
-        self, data: AgentData, texts: list[str], images: list[list[Any]]
+        self, data: AgentData, texts: list[str], images: list[list[Any]], call_ids: list[str | None]
     ) -> tuple[list[dict[str, Any]], list[int], dict[str, Any]]:
-        """(messages, token delta, new images' processor outputs) of one tool turn; its images are dropped when
-        the delta would overflow the response budget (the episode ends there, a cut pad block could not train)."""
+        """(messages, token delta, new images' processor outputs) of one tool turn, each message answering its
+        call's id when the model gave one; its images are dropped when the delta would overflow the response
+        budget (the episode ends there, a cut pad block could not train)."""
         encode = self.context.message_delta.encode
-        text_only = [tool_message(text, 0) for text in texts]
+        text_only = answering([tool_message(text, 0) for text in texts], call_ids)
         if not any(images):
             return text_only, encode(text_only, data.last_turn_ended_with_eos), {}
-        messages = [tool_message(text, len(group)) for text, group in zip(texts, images)]
+        messages = answering([tool_message(t, len(group)) for t, group in zip(texts, images)], call_ids)
         flat = [image for group in images for image in group]
         delta, inputs = expand_tool_images(
             self.context.processor, encode(messages, data.last_turn_ended_with_eos), flat

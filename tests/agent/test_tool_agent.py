@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
+from hyflow.agent.interactions.base import BaseInteraction
 from hyflow.agent.loop import AgentData
 from hyflow.agent.parsers import FunctionCall, ParsedToolCalls, ToolParser
 from hyflow.agent.tool_agent import TOOL_ERROR_PREFIX, ToolAgentLoop
@@ -330,3 +331,25 @@ def test_arguments_that_are_not_a_json_object_reach_the_model_as_an_error(
     text = tokenizer.decode(output.response_ids, skip_special_tokens=False)
     assert f"{TOOL_ERROR_PREFIX}Invalid JSON in arguments for 'echo'" in text and not tool.executed
     assert output.metrics.num_failed_tool_calls == 1
+
+
+def test_the_conversation_keeps_the_models_call_ids_on_the_call_and_on_its_tool_response(make_server, make_context):
+    class IdParser(ToolParser):
+        """`echo:ID` calls echo with the model's call id ID."""
+
+        def parse(self, text, tools=None):
+            calls = [FunctionCall.of("echo", {"x": "1"}, tool_call_id=text.split(":")[1])] if "echo:" in text else []
+            return ParsedToolCalls(text.split("echo:")[0], calls)
+
+    class Recording(BaseInteraction):
+        async def generate_response(self, instance_id, messages, **kwargs):
+            self.seen = [dict(message) for message in messages]
+            return True, "", 0.0, {}
+
+    interaction = Recording("recording")
+    context = make_context(make_server(["Let me see. echo:call-7", "done"]), tools=[RecordingTool()])
+    context.tool_parser, context.interactions = IdParser(None), {"recording": interaction}
+    run_loop(context, interaction_kwargs={"name": "recording"})
+    assistant, tool = interaction.seen[-3], interaction.seen[-2]
+    assert assistant["content"] == "Let me see. " and assistant["tool_calls"][0]["id"] == "call-7"
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call-7"
