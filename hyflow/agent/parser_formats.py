@@ -73,8 +73,9 @@ def _parameter_types(name: str, tools: list[OpenAIFunctionToolSchema] | None) ->
         if tool.function.name == name:
             types = {}
             for key, spec in tool.function.parameters.properties.items():
-                kind = spec.type[0] if isinstance(spec.type, list) and spec.type else spec.type
-                types[key] = str(kind or "string").lower()
+                kinds = spec.type if isinstance(spec.type, list) else [spec.type]
+                kinds = [kind for kind in kinds if kind not in (None, "null")]
+                types[key] = "number" if "number" in kinds else str(kinds[0] if kinds else "string").lower()
             return types
     return None
 

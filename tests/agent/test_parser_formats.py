@@ -8,7 +8,7 @@ import pytest
 
 from hyflow.agent.parser_formats import KimiToolParser, Qwen3XMLToolParser
 from hyflow.agent.parsers import FunctionCall, ParsedToolCalls, ToolParser
-from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
+from hyflow.agent.tools.schemas import OpenAIFunctionPropertySchema, OpenAIFunctionToolSchema
 
 KIMI_CALL = (
     '<|tool_call_begin|>functions.get_weather:{i}<|tool_call_argument_begin|>{{"city": "{city}"}}<|tool_call_end|>'
@@ -103,10 +103,12 @@ def test_qwen3_xml_reads_values_by_the_declared_types_of_the_tools_schema(tmp_pa
     marker = tmp_path / "pwned"
     code = f'__import__("os").system("touch {marker}")'
     values = {"zip": "02139", "n": "7", "x": "2.5", "ok": "False", "items": "['a', 'b']", "code": code, "gone": "null"}
+    values["both"] = "0.5"  # declared int | float
     body = "".join(f"<parameter={key}>\n{value}\n</parameter>" for key, value in values.items())
     tools = [
         schema("f", zip="string", n="integer", x="number", ok="boolean", items="array", code="array", gone="object")
     ]
+    tools[0].function.parameters.properties["both"] = OpenAIFunctionPropertySchema(type=["integer", "number"])
     (call,) = (
         ToolParser.get("qwen3_coder", None).parse(f"<tool_call><function=f>{body}</function></tool_call>", tools).calls
     )
@@ -118,6 +120,7 @@ def test_qwen3_xml_reads_values_by_the_declared_types_of_the_tools_schema(tmp_pa
         "items": ["a", "b"],
         "code": code,
         "gone": None,
+        "both": 0.5,
     }
     assert not marker.exists()  # a literal is read with ast.literal_eval, never eval
 

@@ -43,8 +43,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from transformers.utils import get_json_schema
-
 from hyflow.agent.tools.base import DEFAULT_TIMEOUT, as_schema_model, missing_arguments
 from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
@@ -118,6 +116,8 @@ def function_schema(fn: Callable[..., Any], name: str | None = None) -> OpenAIFu
             f"@function_tool {tool_name!r} ({fn.__module__}.{fn.__qualname__}) has variadic parameter(s) {variadic}, "
             "which an OpenAI tool schema cannot describe; name each parameter (a list is `items: list[str]`)."
         )
+    from transformers.utils import get_json_schema  # here: importing hyflow.agent.tools stays light
+
     raw = get_json_schema(fn)  # raises naming a missing docstring, type hint or argument description
     raw["function"]["name"] = tool_name
     raw["function"].pop("return", None)
@@ -175,7 +175,11 @@ def load_function_tools_from_path(path: str | os.PathLike) -> list[FunctionTool]
     spec = importlib.util.spec_from_file_location(module_name, absolute)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]  # a fixed file runs again on the next call
+        raise
     names = sorted(set(FUNCTION_TOOL_REGISTRY) - before)
     if not names:
         logger.warning("function_tool_path %r loaded, but no @function_tool decorators found in it", os.fspath(path))

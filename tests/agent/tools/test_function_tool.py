@@ -222,3 +222,12 @@ def test_a_file_without_function_tools_is_reported(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert load_function_tools_from_path(tmp_path / "empty.py") == []
     assert "no @function_tool decorators found" in caplog.text
+
+
+def test_a_file_that_fails_to_run_runs_again_once_fixed(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("raise RuntimeError('not yet')\n")
+    with pytest.raises(RuntimeError, match="not yet"):
+        load_function_tools_from_path(path)
+    path.write_text(TOOL_FILE.format(name="fixed"))
+    assert [tool.name for tool in load_function_tools_from_path(path)] == ["fixed"]
