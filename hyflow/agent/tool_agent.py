@@ -8,9 +8,11 @@
   `extra_info["tool_selection"]`); create one instance per active tool with the sample's
   `tools_kwargs[name]["create_kwargs"]`; start the sample's interaction (`interaction_kwargs["name"]`).
 - GENERATING: generate at most the remaining response budget; append the tokens with mask 1 and their log-probs;
-  end on `response_length` or `max_assistant_turns`; parse the tool calls with the `multi_turn.format` parser.
+  end on `response_length` or `max_assistant_turns`; parse the tool calls with the `multi_turn.format` parser
+  (given the tools' schemas) and keep the turn as an OpenAI assistant message (text, calls, the model's call ids).
 - PROCESSING_TOOLS: run the first `max_parallel_calls` calls concurrently (further ones are dropped and counted),
-  each cut off after its tool's `timeout`; a failure becomes "Error when executing tool: ..." in the conversation;
+  each cut off after its tool's `timeout`; a failure (also arguments that are not a JSON object) becomes
+  "Error when executing tool: ..." in the conversation; each tool message answers its call's `tool_call_id`;
   responses are cut to `max_tool_response_length` characters on `tool_response_truncate_side`, rendered by the
   chat template and appended with mask 0 (see `hyflow.agent.chat` for why this stays token-consistent).
   A tool's images (`ToolResponse.image`, vision-language models) go in front of its text as image parts: their
@@ -174,6 +176,7 @@ class ToolAgentLoop(AgentLoopBase):
 
     @property
     def max_parallel_calls(self) -> int:
+        """The calls of one turn that run (verl's attribute name)."""
         return self.context.multi_turn.max_parallel_calls
 
     def _build_assistant_message(self, content: str, data: AgentData) -> dict[str, Any]:
