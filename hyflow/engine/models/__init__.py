@@ -9,6 +9,8 @@ A vision-language model (Qwen2-VL, Qwen2.5-VL) is its decoder, built here from `
 transformers' vision tower for the family (vision.py), which the engine runs at prefill.
 
 `is_supported(hf_config)` says whether the engine can run an architecture; others fall back to `rollout.name=hf`.
+`tp_weight_slices(model.args, name)` says which slice of an HF weight each rank of a tensor-parallel model holds (what a
+weight sync sends each rank; `load_weights` takes the full tensor or that slice).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from hyflow.engine.models.vision import (
     decoder_weights,
     has_vision,
     load_vision_tower,
+    route_weight_name,
 )
-from hyflow.engine.parallel import TensorParallel
+from hyflow.engine.parallel import TensorParallel, TensorSlice
 
 # HF architecture name -> decoder family (the switches `DecoderArgs.from_hf` applies).
 ARCHITECTURES: dict[str, str] = {
@@ -56,6 +59,17 @@ def family_of(hf_config: Any) -> str | None:
 
 def is_supported(hf_config: Any) -> bool:
     return family_of(hf_config) is not None
+
+
+def tp_weight_slices(args: DecoderArgs, name: str) -> list[TensorSlice | None] | None:
+    """For the HF weight `name` (a decoder's or a vision-language model's): the slice of the full tensor that each
+    TP rank of a model of `args` (`model.args`) holds, by TP rank (None where a rank holds all of it); None when
+    every rank holds the whole tensor (norms, the vision tower, a model without tensor parallelism)."""
+    kind, routed = route_weight_name(name)
+    if kind != "decoder" or args.tp_size == 1:
+        return None
+    slices = [args.sharded(args.tp_size, rank).hf_slice(routed) for rank in range(args.tp_size)]
+    return None if all(piece is None for piece in slices) else slices
 
 
 def build_model(
