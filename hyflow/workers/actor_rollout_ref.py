@@ -296,13 +296,16 @@ class ActorRolloutRefWorker(Worker):
     def actor_weights(self, stats: SyncStats | None = None, for_own_engine: bool = False):
         """The actor's weights under Hugging Face names, LoRA folded in, moved from the FSDP2 shards in buckets of
         `rollout.update_weights_bucket_megabytes` (`stats` counts what moved). `for_own_engine`: for this worker's
-        engine, whose TP ranks then receive only their slices (full tensors with LoRA: the merge needs them)."""
+        engine: in its dtype, each TP rank receiving only its slices (without LoRA: its merge needs the full fp32
+        tensors)."""
         model_config = self.config.model
         scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
         bucket_bytes = self.config.rollout.update_weights_bucket_megabytes << 20
-        engine_slices = getattr(self.rollout, "tp_weight_slices", None) if for_own_engine else None
-        slices = None if engine_slices is None or scaling else (lambda name: engine_slices(hf_name(name)))
-        return merged_hf_weights(iter_bucketed_state(self.actor.module, bucket_bytes, stats, slices), scaling)
+        engine = getattr(self.rollout, "engine", None) if for_own_engine and not scaling else None  # hyflow's
+        slices = None if engine is None else (lambda name: self.rollout.tp_weight_slices(hf_name(name)))
+        dtype = None if engine is None else engine.dtype
+        weights = iter_bucketed_state(self.actor.module, bucket_bytes, stats, slices, dtype)
+        return merged_hf_weights(weights, scaling)
 
     # ---- weight transfer between pools (split placement) ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -91,12 +91,12 @@ def _shard_rows(rows: int, world: int, rank: int) -> tuple[int, int]:
 class _Collective:
     """One bucket's collective, launched at construction (async) and cut into tensors by `finish`."""
 
-    def __init__(self, bucket: list[tuple[str, DTensor]]) -> None:
+    def __init__(self, bucket: list[tuple[str, DTensor]], dtype: torch.dtype | None) -> None:
         self.bucket = bucket
         self.group = bucket[0][1].device_mesh.get_group()
         self.world, self.rank = dist.get_world_size(self.group), dist.get_rank(self.group)
         local = bucket[0][1].to_local()
-        self.dtype, self.device = local.dtype, local.device
+        self.dtype, self.device = dtype or local.dtype, local.device
 
     def finish(self, stats: SyncStats) -> list[tuple[str, torch.Tensor]]:
         start = time.perf_counter()
@@ -110,8 +110,8 @@ class _Collective:
 class _Gather(_Collective):
     """Every full tensor of a bucket on every rank: one all-gather of fixed-size slots (the module docstring)."""
 
-    def __init__(self, bucket: list[tuple[str, DTensor]]) -> None:
-        super().__init__(bucket)
+    def __init__(self, bucket: list[tuple[str, DTensor]], dtype: torch.dtype | None) -> None:
+        super().__init__(bucket, dtype)
         self.slots, offset = [], 0
         for _, param in bucket:
             slot_numel = -(-param.shape[0] // self.world) * math.prod(param.shape[1:])
@@ -143,18 +143,27 @@ class _Scatter(_Collective):
 
     `slices[i]` is parameter i's slice by TP rank (None: whole on every rank); rank d holds TP rank d mod tp."""
 
-    def __init__(self, bucket: list[tuple[str, DTensor]], slices: list[Sequence[TensorSlice | None] | None]) -> None:
-        super().__init__(bucket)
+    def __init__(
+        self,
+        bucket: list[tuple[str, DTensor]],
+        dtype: torch.dtype | None,
+        slices: list[Sequence[TensorSlice | None] | None],
+    ) -> None:
+        super().__init__(bucket, dtype)
         self.slices = slices
         tp_size = next(len(s) for s in slices if s is not None) if any(s is not None for s in slices) else 1
         self.placement = EnginePlacement(self.world, tp_size)
         count = len(bucket)
-        sends = [self._piece(i, dest) for dest in range(self.world) for i in range(count)]
         send_sizes = [sum(self._numel(i, self.rank, dest) for i in range(count)) for dest in range(self.world)]
         # receive_numels[s][i]: elements of parameter i that sender s sends this rank
         self.receive_numels = [[self._numel(i, s, self.rank) for i in range(count)] for s in range(self.world)]
         receive_sizes = [sum(numels) for numels in self.receive_numels]
-        send = torch.cat([piece.reshape(-1) for piece in sends])
+        send, offset = torch.empty(sum(send_sizes), dtype=self.dtype, device=self.device), 0
+        for dest in range(self.world):
+            for index in range(count):
+                piece = self._piece(index, dest)
+                send[offset : offset + piece.numel()].view(piece.shape).copy_(piece)  # casts to the engine's dtype
+                offset += piece.numel()
         self.received = torch.empty(sum(receive_sizes), dtype=self.dtype, device=self.device)
         self.work = dist.all_to_all_single(
             self.received, send, receive_sizes, send_sizes, group=self.group, async_op=True
@@ -231,14 +240,16 @@ def _plan(model: nn.Module, bucket_bytes: int) -> Iterator[list[tuple[str, torch
         yield bucket
 
 
-def _launch(group: list[tuple[str, torch.Tensor]], tp_slices: SliceFn | None) -> _Collective | None:
+def _launch(
+    group: list[tuple[str, torch.Tensor]], tp_slices: SliceFn | None, dtype: torch.dtype | None
+) -> _Collective | None:
     """The started collective of a bucket, or None for a tensor that is not row-sharded."""
     if not _row_sharded(group[0][1]):
         return None
     slices = [] if tp_slices is None else [tp_slices(name) for name, _ in group]
     if all(piece is None for piece in slices):  # every rank needs every tensor of this bucket whole
-        return _Gather(group)
-    return _Scatter(group, slices)
+        return _Gather(group, dtype)
+    return _Scatter(group, dtype, slices)
 
 
 def iter_bucketed_state(
@@ -246,22 +257,26 @@ def iter_bucketed_state(
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     stats: SyncStats | None = None,
     tp_slices: SliceFn | None = None,
+    dtype: torch.dtype | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every parameter and persistent buffer: full tensors, or with `tp_slices` (engines split
-    over TP groups of consecutive ranks) this rank's slice of each sliced weight. Row-sharded tensors move in
-    buckets of about `bucket_bytes`, the next bucket's collective in flight while this one is consumed; anything
-    else goes through `full_tensor`. All ranks call it and consume it in step."""
+    over TP groups of consecutive ranks) this rank's slice of each sliced weight; floating tensors cast to `dtype`
+    when given (the engine's: fp32 master weights for a bf16 engine move half the bytes). Row-sharded tensors move
+    in buckets of about `bucket_bytes` (of the model's dtype), the next bucket's collective in flight while this
+    one is consumed; anything else goes through `full_tensor`. All ranks call it and consume it in step."""
     stats = stats if stats is not None else SyncStats()
     start = time.perf_counter()
     pending: _Collective | None = None  # the latest bucket launched, not yet handed over
     try:
         for group in _plan(model, bucket_bytes):
-            previous, pending = pending, _launch(group, tp_slices)  # the next bucket moves while this one loads
+            previous, pending = pending, _launch(group, tp_slices, dtype)  # the next bucket moves while this one loads
             if previous is not None:
                 yield from _counted(previous.finish(stats), stats)
             if pending is None:
                 name, tensor = group[0]
-                yield from _counted([(name, full_tensor(tensor))], stats)
+                tensor = full_tensor(tensor)
+                cast = dtype is not None and tensor.is_floating_point()
+                yield from _counted([(name, tensor.to(dtype) if cast else tensor)], stats)
         if pending is not None:
             previous, pending = pending, None
             yield from _counted(previous.finish(stats), stats)

@@ -41,12 +41,15 @@ def gather_both_ways(rank: int, bucket_sizes: list[int]):
         stats = SyncStats()
         gathered = {name: tensor.clone() for name, tensor in iter_bucketed_state(model, bucket_bytes, stats)}
         results.append((gathered, stats))
-    return reference, results
+    in_bf16 = {name: tensor.clone() for name, tensor in iter_bucketed_state(model, 40, dtype=torch.bfloat16)}
+    return reference, results, in_bf16
 
 
 def test_bucketed_gather_equals_the_per_parameter_gather_for_any_bucket_size():
     rank_results = run_ranks(gather_both_ways, 2, [1 << 30, 40, 1])
-    for reference, results in rank_results:
+    for reference, results, in_bf16 in rank_results:
+        for name, tensor in reference.items():  # the engine's dtype: every tensor arrives cast, as the engine copies
+            assert in_bf16[name].dtype == torch.bfloat16 and torch.equal(in_bf16[name], tensor.to(torch.bfloat16))
         assert set(reference) == {"a.weight", "a.bias", "b.weight", "c", "low", "scale"}
         for gathered, stats in results:
             assert list(gathered) == list(reference)

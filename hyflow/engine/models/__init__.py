@@ -15,6 +15,7 @@ weight sync sends each rank; `load_weights` takes the full tensor or that slice)
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from collections.abc import Callable, Iterator
@@ -72,6 +73,12 @@ def tp_weight_slices(args: DecoderArgs, name: str) -> list[TensorSlice | None] |
     return None if all(piece is None for piece in slices) else slices
 
 
+def _own_slice(args: DecoderArgs, name: str) -> TensorSlice | None:
+    """The slice of HF weight `name` that the TP rank of `args` holds (None: all of it)."""
+    slices = tp_weight_slices(args, name)
+    return None if slices is None else slices[args.tp_rank]
+
+
 def build_model(
     hf_config: Any,
     max_positions: int,
@@ -97,9 +104,14 @@ def build_model(
     return model.eval().requires_grad_(False)
 
 
-def iter_safetensors(path: str, keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_safetensors(
+    path: str,
+    keep: Callable[[str], bool] | None = None,
+    slice_of: Callable[[str], TensorSlice | None] | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every tensor in the `*.safetensors` files of a Hugging Face folder (whose name `keep`
-    accepts: the others are not read)."""
+    accepts: the others are not read); with `slice_of`, only the slice of each tensor it names is read (a TP rank's
+    part: the rest never leaves the file)."""
     from safetensors import safe_open
 
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
@@ -111,8 +123,14 @@ def iter_safetensors(path: str, keep: Callable[[str], bool] | None = None) -> It
     for file in files:
         with safe_open(file, framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open handles are not dicts)
-                if keep is None or keep(name):
+                if keep is not None and not keep(name):
+                    continue
+                piece = None if slice_of is None else slice_of(name)
+                if piece is None:
                     yield name, handle.get_tensor(name)
+                else:
+                    index = (slice(None),) * piece.dim + (slice(piece.start, piece.start + piece.length),)
+                    yield name, handle.get_slice(name)[index]
 
 
 def load_model(
@@ -123,15 +141,19 @@ def load_model(
     tp: TensorParallel | None = None,
 ) -> DecoderForCausalLM:
     """An engine model with the weights of a HF folder or an in-memory `transformers` model (with `tp`, this
-    rank's shard of them)."""
+    rank's shard of them: from a folder, only that shard is read)."""
     if isinstance(source, nn.Module):
-        hf_config, weights = source.config, source.state_dict().items()
+        hf_config = source.config
     else:
         from transformers import AutoConfig
 
-        hf_config, weights = AutoConfig.from_pretrained(source), iter_safetensors(source)
+        hf_config = AutoConfig.from_pretrained(source)
     max_positions = max_positions or hf_config.get_text_config().max_position_embeddings
     model = build_model(hf_config, max_positions, dtype, device, tp)
+    if isinstance(source, nn.Module):
+        weights = source.state_dict().items()
+    else:
+        weights = iter_safetensors(source, slice_of=functools.partial(_own_slice, model.args))
     model.load_weights(decoder_weights(weights) if has_vision(hf_config) else weights)
     return model
 
