@@ -53,23 +53,17 @@ def _divisors(n: int) -> list[int]:
 @dataclass(frozen=True)
 class EnginePlacement:
     """How the `world_size` ranks of a worker group form engines of `tp_size` ranks each: engine e runs on the
-    consecutive ranks e·tp .. e·tp + tp − 1 (one engine per device when tp is 1, one per TP group otherwise), and a
-    TP group never spans more than `ranks_per_node` ranks' node when that is given."""
+    consecutive ranks e·tp .. e·tp + tp − 1 (one engine per device when tp is 1, one per TP group otherwise; the
+    config check keeps a TP group within one node)."""
 
     world_size: int
     tp_size: int = 1
-    ranks_per_node: int | None = None
 
     def __post_init__(self) -> None:
         if self.tp_size < 1 or self.world_size % self.tp_size:
             raise ValueError(
                 f"{_KEY}={self.tp_size} must divide the number of ranks {self.world_size}; pick one of "
                 f"{_divisors(self.world_size)}"
-            )
-        if self.ranks_per_node is not None and self.ranks_per_node % self.tp_size:
-            raise ValueError(
-                f"{_KEY}={self.tp_size} must divide the devices per node {self.ranks_per_node} (trainer."
-                f"n_gpus_per_node), so that no engine spans two nodes; pick one of {_divisors(self.ranks_per_node)}"
             )
 
     @property
