@@ -140,10 +140,11 @@ def balance_prompts(
 
     Returns the reordered batch, the permutation (`balanced = data[permutation]`) and metrics: the per-engine prompt
     tokens before (`rollout/engine_prompt_tokens_min`, `_max`) and after (`_balanced_min`, `_balanced_max`). The
-    batch is returned as it is when there is one engine, or when its groups (else its rows) do not split evenly."""
+    batch is returned as it is when there is one engine or when its rows do not split evenly over the ranks; groups
+    that do not split evenly over the engines are balanced row by row."""
     rows = len(data)
     engines = placement.num_engines
-    if engines == 1 or rows % engines:
+    if engines == 1 or rows % placement.world_size:  # else the group pads the batch and its chunks move
         return data, np.arange(rows), {}
     lengths = data.batch[F.ATTENTION_MASK].sum(-1).tolist()  # one host sync, controller-side
     if group_size < 1 or rows % group_size or (rows // group_size) % engines:

@@ -151,7 +151,7 @@ class _Scatter(_Collective):
     ) -> None:
         super().__init__(bucket, dtype)
         self.slices = slices
-        tp_size = next(len(s) for s in slices if s is not None) if any(s is not None for s in slices) else 1
+        tp_size = len(next(s for s in slices if s is not None))  # a bucket with a sliced tensor comes here
         self.placement = EnginePlacement(self.world, tp_size)
         count = len(bucket)
         send_sizes = [sum(self._numel(i, self.rank, dest) for i in range(count)) for dest in range(self.world)]
@@ -210,7 +210,8 @@ class _Scatter(_Collective):
         for index, (name, param) in enumerate(self.bucket):
             piece = self._slice(index, self.rank)
             shape = tuple(param.shape) if piece is None else piece.shape(param.shape)
-            out.append((name, torch.cat(parts[index]).view(shape)))
+            whole = parts[index][0] if len(parts[index]) == 1 else torch.cat(parts[index])  # one sender: no copy
+            out.append((name, whole.view(shape)))
         return out
 
 
@@ -260,10 +261,11 @@ def iter_bucketed_state(
     dtype: torch.dtype | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every parameter and persistent buffer: full tensors, or with `tp_slices` (engines split
-    over TP groups of consecutive ranks) this rank's slice of each sliced weight; floating tensors cast to `dtype`
-    when given (the engine's: fp32 master weights for a bf16 engine move half the bytes). Row-sharded tensors move
-    in buckets of about `bucket_bytes` (of the model's dtype), the next bucket's collective in flight while this
-    one is consumed; anything else goes through `full_tensor`. All ranks call it and consume it in step."""
+    over TP groups of consecutive ranks) this rank's slice of each sliced weight. Row-sharded tensors move in
+    buckets of about `bucket_bytes` (of the model's dtype), cast to `dtype` when given (the engine's: fp32 master
+    weights for a bf16 engine move half the bytes), the next bucket's collective in flight while this one is
+    consumed; anything else goes through `full_tensor` as it is (the engine's copy casts it). All ranks call it
+    and consume it in step."""
     stats = stats if stats is not None else SyncStats()
     start = time.perf_counter()
     pending: _Collective | None = None  # the latest bucket launched, not yet handed over
@@ -274,9 +276,7 @@ def iter_bucketed_state(
                 yield from _counted(previous.finish(stats), stats)
             if pending is None:
                 name, tensor = group[0]
-                tensor = full_tensor(tensor)
-                cast = dtype is not None and tensor.is_floating_point()
-                yield from _counted([(name, tensor.to(dtype) if cast else tensor)], stats)
+                yield from _counted([(name, full_tensor(tensor))], stats)
         if pending is not None:
             previous, pending = pending, None
             yield from _counted(previous.finish(stats), stats)

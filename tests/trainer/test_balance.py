@@ -146,6 +146,7 @@ def test_balanced_generation_returns_the_rows_in_the_batch_order():
 def test_one_engine_or_rows_that_do_not_split_leave_the_generation_batch_as_it_is():
     data = _prompt_batch([5, 1, 3], n=2)
     assert balance_prompts(data, EnginePlacement(world_size=2, tp_size=2), group_size=2)[0] is data  # one engine
-    assert balance_prompts(data, EnginePlacement(world_size=4), group_size=2)[0] is data  # 6 rows over 4 engines
+    assert balance_prompts(data, EnginePlacement(world_size=4), group_size=2)[0] is data  # 6 rows over 4 ranks
+    assert balance_prompts(data, EnginePlacement(world_size=4, tp_size=2), group_size=2)[0] is data  # 2 engines
     rows, _, metrics = balance_prompts(data, EnginePlacement(world_size=2), group_size=2)  # 3 groups, 2 engines
     assert metrics and sorted(rows.batch[F.INPUT_IDS][:, 0].tolist()) == [0, 0, 1, 1, 2, 2]  # single rows balanced
