@@ -35,9 +35,11 @@ def print_table(result: dict[str, Any], sides: dict[str, str]) -> None:
         print(f"{'  hyflow ' + name:<28}{seconds:>11.3f}s")
     for name, value in (hyflow or {}).get("weight_sync_mean", {}).items():  # per rank: rollout/weight_sync_gb, ...
         print(f"{'  hyflow ' + name.removeprefix('rollout/'):<28}{value:>12.4f}")
+    for name, seconds in (result.get("verl") or {}).get("verl_stages_mean_s", {}).items():
+        print(f"{'  verl ' + name:<28}{seconds:>11.3f}s")
     if hyflow and "graph_captures" in hyflow:
         print(f"{'  hyflow graphs captured':<28}{hyflow['graph_captures']} (per step)")
-    for side in ("trl", "trl_vllm"):
+    for side in ("trl", "trl_vllm", "verl"):
         if f"ratio_{side}_over_hyflow" in result:
             print(f"{sides[side]} / hyflow (steps 2-{shape['steps']} mean): {result[f'ratio_{side}_over_hyflow']:.2f}x")
         for key in ("skipped", "error"):
