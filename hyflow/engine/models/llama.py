@@ -86,9 +86,9 @@ class DecoderArgs:
         """The part of the full HF tensor `name` (a decoder weight) that this TP rank holds; None: all of it.
         Column-parallel weights (q/k/v, gate/up, their biases, the vocabulary rows) slice dim 0, row-parallel ones
         (o_proj, down_proj) dim 1; norms and row-parallel biases are whole on every rank."""
-        layout, head_dim = self.layout, self.head_dim
         if self.tp_size == 1:
             return None
+        layout, head_dim = self.layout, self.head_dim
         for hf_part, (ours, index) in PACKED.items():
             if f".{hf_part}." in name:
                 if ours == "qkv_proj":
