@@ -1,5 +1,6 @@
 """Bucketed weight sync: on 2 gloo ranks the gathered full tensors equal the per-parameter gather, whatever the
-bucket size (one bucket, many, a tensor per bucket) and for row counts that do not divide by the ranks; on 4 ranks
+bucket size (one bucket, many, a tensor per bucket) and for row counts that do not divide by the ranks, cast to the
+engine's dtype, or cut to uneven TP slices (rows and columns) by the all-to-all; on 4 ranks
 engines of TP size 1, 2 and 4 receive exactly their slices of every weight (about 1/tp of the bytes) and load them
 into the same model as the full tensors give."""
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from hyflow.engine.parallel import TensorSlice
 from hyflow.workers.fsdp import build_device_mesh, iter_full_state
 from hyflow.workers.weight_sync import SyncStats, iter_bucketed_state
 
@@ -42,12 +44,24 @@ def gather_both_ways(rank: int, bucket_sizes: list[int]):
         gathered = {name: tensor.clone() for name, tensor in iter_bucketed_state(model, bucket_bytes, stats)}
         results.append((gathered, stats))
     in_bf16 = {name: tensor.clone() for name, tensor in iter_bucketed_state(model, 40, dtype=torch.bfloat16)}
-    return reference, results, in_bf16
+    sliced = {name: tensor.clone() for name, tensor in iter_bucketed_state(model, 1 << 30, tp_slices=ODD_SLICES.get)}
+    return reference, results, in_bf16, sliced
+
+
+# Uneven TP slices of two ranks (one engine over both): rows of `a.weight` and `low`, columns of `b.weight`.
+ODD_SLICES = {
+    "a.weight": [TensorSlice(0, 0, 2, 3), TensorSlice(0, 2, 1, 3)],
+    "b.weight": [TensorSlice(1, 0, 1, 3), TensorSlice(1, 1, 2, 3)],
+    "low": [TensorSlice(0, 1, 4, 6), TensorSlice(0, 5, 1, 6)],
+}
 
 
 def test_bucketed_gather_equals_the_per_parameter_gather_for_any_bucket_size():
     rank_results = run_ranks(gather_both_ways, 2, [1 << 30, 40, 1])
-    for reference, results, in_bf16 in rank_results:
+    for rank, (reference, results, in_bf16, sliced) in enumerate(rank_results):
+        for name, tensor in reference.items():  # an engine of TP 2: each rank gets its slice, the rest whole
+            expected = ODD_SLICES[name][rank].take(tensor) if name in ODD_SLICES else tensor
+            assert torch.equal(sliced[name], expected), name
         for name, tensor in reference.items():  # the engine's dtype: the sharded parameters travel cast to it
             expected = tensor if name == "scale" else tensor.to(torch.bfloat16)  # the buffer is no DTensor
             assert in_bf16[name].dtype == expected.dtype and torch.equal(in_bf16[name], expected), name
