@@ -52,6 +52,8 @@ MODULES = [
     ("verl.tools.base_tool", "hyflow.agent.tools.base"),
     ("verl.tools.function_tool", "hyflow.agent.tools.function_tool"),
     ("from verl.utils import tensordict_utils", "from hyflow.utils import tensordict_utils"),
+    # verl-config: verl's worker configs, its new engine's padding helpers, rollout correction, multi-trajectory GRPO
+    ("verl.trainer.ppo.v1.utils", "hyflow.trainer.multi_trajectory"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
 CPU_TESTS = ["tests/test_protocol_on_cpu.py", "tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/single_controller"]
