@@ -54,6 +54,7 @@ MODULES = [
     ("from verl.utils import tensordict_utils", "from hyflow.utils import tensordict_utils"),
     # verl-config: verl's worker configs, its new engine's padding helpers, rollout correction, multi-trajectory GRPO
     ("verl.trainer.ppo.v1.utils", "hyflow.trainer.multi_trajectory"),
+    ("verl.workers.utils.padding", "hyflow.utils.padding"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
 CPU_TESTS = ["tests/test_protocol_on_cpu.py", "tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/single_controller"]
