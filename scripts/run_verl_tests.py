@@ -60,6 +60,7 @@ MODULES = [
     ("verl.workers.config.model", "hyflow.config.verl_engine"),
     ("verl.workers.config", "hyflow.config.verl_workers"),
     ("verl.utils.config", "hyflow.config.targets"),
+    ("verl.trainer.ppo.rollout_corr_helper", "hyflow.algorithms.rollout_corr_helper"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
 CPU_TESTS = ["tests/test_protocol_on_cpu.py", "tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/single_controller"]
