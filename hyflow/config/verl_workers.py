@@ -4,9 +4,9 @@
                                       "ppo_micro_batch_size_per_gpu": 8, "optim": {"lr": 1e-6}, "rollout_n": 4})
     config.validate(n_gpus=8, train_batch_size=256)
 
-`ActorConfig` is hyflow's actor section (`hyflow.config.ActorConfig`) with verl's behaviour at construction:
-values checked, the micro-batch size given once (globally or per device) unless batches are cut by tokens, every
-field frozen but the batch sizes, dict-style access. `validate` applies hyflow's own batch-size rules
+`ActorConfig` (`VerlActorConfig`) is hyflow's actor section (`hyflow.config.ActorConfig`) with verl's behaviour at
+construction: values checked, the micro-batch size given once (globally or per device) unless batches are cut by
+tokens, every field frozen but the batch sizes, dict-style access. `validate` applies hyflow's own batch-size rules
 (`hyflow.config.checks`) to one section. hyflow's loader and workers read hyflow's sections, not these classes;
 the engine-level ones (optimizer, engine, model) are in `hyflow.config.verl_engine`. hyflow does not train with
 Megatron-Core: `McoreActorConfig` holds and checks values only.
@@ -45,6 +45,7 @@ __all__ = [
     "McoreOptimizerConfig",
     "OptimizerConfig",
     "PolicyLossConfig",
+    "VerlActorConfig",
     "omega_conf_to_dataclass",
 ]
 
@@ -59,8 +60,9 @@ _BATCH_SIZES = frozenset(
 
 
 @dataclass
-class ActorConfig(_HyflowActorConfig, BaseConfig):
-    """verl's actor section for any engine: hyflow's `ActorConfig` checked when built (see the module docstring)."""
+class VerlActorConfig(_HyflowActorConfig, BaseConfig):
+    """verl's actor section for any engine, `ActorConfig` under verl's name: hyflow's `ActorConfig` checked when
+    built (see the module docstring)."""
 
     _mutable_fields = _BATCH_SIZES
     _section = "actor"
@@ -101,8 +103,11 @@ class ActorConfig(_HyflowActorConfig, BaseConfig):
             raise ConfigError(problems)
 
 
+ActorConfig = VerlActorConfig  # verl's name (hyflow's own section is hyflow.config.ActorConfig)
+
+
 @dataclass
-class FSDPActorConfig(ActorConfig):
+class FSDPActorConfig(VerlActorConfig):
     """verl's actor on its FSDP engine; `fsdp_config` is verl's `FSDPEngineConfig`, `optim` its
     `FSDPOptimizerConfig`. verl's Ulysses sequence parallelism needs padding-free batches."""
 
@@ -125,7 +130,7 @@ class FSDPActorConfig(ActorConfig):
 
 
 @dataclass
-class McoreActorConfig(ActorConfig):
+class McoreActorConfig(VerlActorConfig):
     """verl's actor on Megatron-Core (values only: hyflow does not train with Megatron-Core)."""
 
     strategy: Literal["megatron"] = "megatron"
