@@ -165,7 +165,7 @@ class FSDPEngineConfig(FSDPConfig, BaseConfig):
 
     _mutable_fields = _ENGINE_MUTABLE | {"ulysses_sequence_parallel_size"}
 
-    wrap_policy: dict[str, Any] = field(default_factory=dict)  # type: ignore[assignment]
+    wrap_policy: dict[str, Any] = field(default_factory=dict)
     strategy: Literal["fsdp", "fsdp2"] = "fsdp"  # both are FSDP2 (`fully_shard`) in hyflow
     grad_offload: bool = False
     ulysses_sequence_parallel_size: int = 1
@@ -232,7 +232,6 @@ class HFModelConfig(ModelConfig, BaseConfig):
 
     _mutable_fields = frozenset()
 
-    path: str | None = None
     target_modules: Any = "all-linear"
     exclude_modules: Any = None
 
