@@ -76,7 +76,7 @@ def test_global_and_per_device_micro_batch_sizes_together_are_rejected():
         ["actor_rollout_ref.actor.ppo_micro_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"]
     )
 
-    assert "are both set" in problem
+    assert "You have set both" in problem and "they say the same thing" in problem
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "grpo_passk", "reinforce_plus_plus_baseline", "opo", "gpg"])
