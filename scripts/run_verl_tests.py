@@ -55,6 +55,15 @@ MODULES = [
     ("from verl.utils import tensordict_utils", "from hyflow.utils import tensordict_utils"),
     ("verl.utils.dataset.rl_dataset", "hyflow.data.dataset"),
     ("from verl.tools import function_tool", "from hyflow.agent.tools import function_tool"),
+    # verl-config: verl's worker configs, its new engine's padding helpers, rollout correction, multi-trajectory GRPO
+    ("verl.trainer.ppo.v1.utils", "hyflow.trainer.multi_trajectory"),
+    ("verl.workers.utils.padding", "hyflow.utils.padding"),
+    ("verl.workers.config.optimizer", "hyflow.config.verl_engine"),
+    ("verl.workers.config.engine", "hyflow.config.verl_engine"),
+    ("verl.workers.config.model", "hyflow.config.verl_engine"),
+    ("verl.workers.config", "hyflow.config.verl_workers"),
+    ("verl.utils.config", "hyflow.config.targets"),
+    ("verl.trainer.ppo.rollout_corr_helper", "hyflow.algorithms.rollout_corr_helper"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
 CPU_TESTS = ["tests/test_protocol_on_cpu.py", "tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/single_controller"]
