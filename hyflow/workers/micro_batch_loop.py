@@ -156,7 +156,6 @@ def accumulate_and_step(
         loss.backward()
         for name, value in micro_metrics.items():
             metrics[name] = metrics[name] + value
-    reshard(module)  # one rank without FSDP2: the fp32 weights and their gradients back (mixed_precision.py)
     grad_norm, skipped = clip_grad_norm_and_step(module, optimizer, config.grad_clip)
     metrics[f"{metric_prefix}/grad_norm"] = grad_norm
     metrics[f"{metric_prefix}/num_skipped_steps"] = skipped

@@ -15,8 +15,8 @@ With nothing to shard, this class does only what FSDP2's `MixedPrecisionPolicy` 
     reshard (after the last backward):       param.data = w_fp32, param.grad = g_acc; the copies are freed
 
 The module keeps its Parameter objects (the optimizer's): only their `.data` is swapped. `apply_fsdp2` uses it at
-world size 1 when the policy casts and nothing is offloaded; `fsdp.reshard` and the micro-batch loop call
-`reshard` as they do FSDP2's.
+world size 1 when the policy casts and nothing is offloaded; `fsdp.reshard` (after a no-grad forward) and the guarded
+optimizer step (`optim.clip_grad_norm_and_step`, before it reads the gradients) call `reshard`.
 """
 
 from __future__ import annotations

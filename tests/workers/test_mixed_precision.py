@@ -14,7 +14,7 @@ from hyflow.models.policy import PolicyModel
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.fsdp import iter_full_state
 from hyflow.workers.mixed_precision import SingleRankMixedPrecision
-from hyflow.workers.optim import build_optimizer
+from hyflow.workers.optim import build_optimizer, clip_grad_norm_and_step
 
 from .conftest import make_ppo_batch
 from .distributed import run_ranks
@@ -77,3 +77,15 @@ def test_the_copies_are_bf16_only_from_the_first_forward_to_reshard_and_gradient
     for param, ref in zip(model.parameters(), reference.parameters()):
         grad = ref.grad.float()
         assert param.grad.dtype == torch.float32 and torch.equal(param.grad, grad + grad)
+
+
+def test_the_guarded_optimizer_step_takes_the_fp32_gradients_back_and_updates_the_fp32_weights():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    model.single_rank_precision = SingleRankMixedPrecision(model, torch.bfloat16, torch.float32)
+    before = model.weight.detach().clone()
+    model(torch.randn(5, 4)).float().sum().backward()  # a training loop of its own (the SFT trainer's)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    grad_norm, skipped = clip_grad_norm_and_step(model, optimizer, grad_clip=1e9)
+    assert model.weight.dtype == torch.float32 and skipped.item() == 0 and grad_norm.item() > 0
+    assert not torch.equal(model.weight.detach(), before)
