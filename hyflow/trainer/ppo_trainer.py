@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -45,20 +44,15 @@ from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import off_policy, stages
 from hyflow.trainer.async_rollout import SplitRollout
-from hyflow.trainer.balance import balance_batch
-from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
+from hyflow.trainer.balance import balance_batch, generate_balanced
+from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.dynamic_sampling import GroupFilter
-from hyflow.trainer.flops import compute_mfu_metrics, device_peak_flops
-from hyflow.trainer.metrics import (
-    compute_data_metrics,
-    compute_throughput_metrics,
-    compute_timing_metrics,
-    reduce_metrics,
-    timer,
-)
+from hyflow.trainer.metrics import reduce_metrics, timer
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
+from hyflow.trainer.ppo_checkpoint import resume_ppo_checkpoint, save_ppo_checkpoint
 from hyflow.trainer.ppo_ops import compute_response_mask, step_advantages
 from hyflow.trainer.stages import Validator
+from hyflow.trainer.step_metrics import compute_step_metrics
 from hyflow.trainer.tracking import Tracking
 
 __all__ = ["PPOTrainer", "run"]
@@ -269,7 +263,7 @@ class PPOTrainer:
         batch = batch.repeat(rollout.n, interleave=True)
         meta = {F.TEMPERATURE: rollout.temperature, F.DO_SAMPLE: rollout.do_sample, F.SEED: seed}
         with timer("gen", timing):
-            output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
+            output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta), rollout.n)
         rollout_metrics = reduce_metrics(output.meta_info.get(F.METRICS, {}))  # per rank: turns, graphs, ...
         timing.update(output.meta_info.get(F.TIMING, {}))  # the worker's phases: gen/rollout_mode, gen/generate, ...
         batch = stages.merge_generation(batch, output)
@@ -278,10 +272,14 @@ class PPOTrainer:
         batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
         return batch, timing, rollout_metrics
 
-    def _generate(self, gen_input: DataProto) -> DataProto:
-        """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts."""
+    def _generate(self, gen_input: DataProto, group_size: int = 1) -> DataProto:
+        """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts (with
+        `trainer.balance_batch`, whole groups of `group_size` rows spread evenly over the engines)."""
         if self.agent_manager is None:
-            return self.workers.rollout.generate_sequences(gen_input)
+            if not self.config.trainer.balance_batch:
+                return self.workers.rollout.generate_sequences(gen_input)
+            tp_size = self.config.actor_rollout_ref.rollout.tensor_model_parallel_size
+            return generate_balanced(self.workers.rollout, gen_input, tp_size, group_size)
         self.workers.rollout.rollout_mode()  # every worker's engine gets the actor's latest weights
         try:
             return self.agent_manager.generate_sequences(gen_input)
@@ -379,47 +377,25 @@ class PPOTrainer:
             logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)
 
     def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:
+        """The trainer's own counters (step, epoch, rollout workers, async, dynamic sampling), then the batch's."""
         metrics = {"training/global_step": float(self.global_step), "training/epoch": float(epoch)}
         metrics.update(self._rollout_metrics)
         if self.split is not None:
             metrics.update(self.split.step_metrics(batch, self.global_step - 1, timing))
         if self.group_filter is not None:
             metrics.update(self.group_filter.last_metrics)
-        metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
-        metrics.update(stages.reward_extra_metrics(batch))
-        metrics.update(compute_timing_metrics(batch, timing))
-        world_size = self.workers.world_size
-        metrics.update(compute_throughput_metrics(batch, timing, n_devices=world_size))
-        seq_lens = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
-        peak = device_peak_flops(torch.cuda.get_device_name()) if self.config.trainer.device == "cuda" else None
-        epochs = self.config.actor_rollout_ref.actor.ppo_epochs
-        metrics.update(compute_mfu_metrics(self._hf_config, seq_lens, timing, world_size, peak, epochs))
+        metrics.update(compute_step_metrics(self.config, batch, timing, self._hf_config, self.workers.world_size))
         return metrics
 
-    # ---- checkpoints ------------------------------------------------------------------------------------
+    # ---- checkpoints (ppo_checkpoint.py) ----------------------------------------------------------------
     def save_checkpoint(self) -> None:
         """Workers write their shards into `global_step_N/{actor,critic}`, then the trainer state marks it done."""
-        path = self.checkpoints.step_dir(self.global_step)
-        self.workers.actor_rollout.save_checkpoint(str(path / ACTOR_DIR), global_step=self.global_step)
-        if self.workers.critic is not None:
-            self.workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=self.global_step)
-        extra = {"kl_coef": float(self.kl_ctrl.value)}
-        loader_state = self.split.loader_state(self.global_step) if self.split is not None else None
-        self.checkpoints.finalize(self.global_step, loader_state or self.train_loader.state_dict(), extra=extra)
+        save_ppo_checkpoint(
+            self.checkpoints, self.workers, self.global_step, self.kl_ctrl, self.train_loader, self.split
+        )
 
     def _load_checkpoint(self) -> None:
-        trainer = self.config.trainer
-        state = self.checkpoints.resume(trainer.resume_mode, trainer.resume_from_path)
-        if state is None:
-            return
-        self.workers.actor_rollout.load_checkpoint(str(state.path / ACTOR_DIR))
-        if self.workers.critic is not None:
-            self.workers.critic.load_checkpoint(str(state.path / CRITIC_DIR))
-        if state.dataloader_state is not None:
-            self.train_loader.load_state_dict(state.dataloader_state)
-        if state.rng_state is not None:
-            restore_rng_state(state.rng_state)
-        self.kl_ctrl.value = state.extra.get("kl_coef", self.kl_ctrl.value)
-        self.global_step = state.global_step
-        if trainer.del_local_ckpt_after_load:
-            shutil.rmtree(state.path)
+        workers, trainer = self.workers, self.config.trainer
+        step = resume_ppo_checkpoint(self.checkpoints, trainer, workers, self.kl_ctrl, self.train_loader)
+        if step is not None:
+            self.global_step = step
