@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -24,13 +25,17 @@ def test_the_timed_engine_gives_the_plain_engines_outputs_and_measures_every_par
     import hyflow.engine.engine as engine_module
     import hyflow.engine.model_runner as runner_module
 
-    originals = engine_module.read_outputs, runner_module.decode_step
+    originals, threads = (engine_module.read_outputs, runner_module.decode_step), torch.get_num_threads()
     monkeypatch.setenv("OUT", str(tmp_path))
     result = engine_host.main(["--rows", "6", "--prompt-len", "4", "--new-tokens", "20", "--repeats", "2"])
-    assert (engine_module.read_outputs, runner_module.decode_step) == originals
+    assert (engine_module.read_outputs, runner_module.decode_step) == originals and torch.get_num_threads() == threads
 
     plain = engine_host.build_engine(6, 24, 8)
-    outputs = plain.generate(engine_host.random_prompts(6, 4), engine_host.benchmark_params(20))
+    torch.set_num_threads(1)  # as the benchmark runs: the CPU kernels' sums then add in the same order
+    try:
+        outputs = plain.generate(engine_host.random_prompts(6, 4), engine_host.benchmark_params(20))
+    finally:
+        torch.set_num_threads(threads)
     assert all(len(out.outputs[0].token_ids) == 20 for out in outputs)
     assert result["digest"] == engine_host.outputs_digest(outputs)
     parts = result["us_per_window"]
