@@ -1,0 +1,158 @@
+"""Agent loops in the fully asynchronous mode on the Ray backend, CPU: one training and one rollout worker, each
+prompt group scheduled on its own (hyflow.trainer.agent_groups).
+
+The loop here makes two turns around a tool call. The first sample to reach its tool call meets a deliberately
+slow tool: it answers only once the weights of step 2 have reached the rollout pool. With 12 prompts and batches of
+4, steps 1 and 2 are trained on the other groups while that sample waits (a batch-level scheduler would wait for it
+and never train step 1); its second turn is sampled by the new weights, and each token records its version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from hyflow import fields as F
+from hyflow.agent.loop import AgentData, AgentLoopBase, register_agent_loop
+from hyflow.agent.single_turn import prompt_ids_of
+from hyflow.trainer.ppo_trainer import PPOTrainer
+from tests.trainer.ppo_testkit import build_assets_with_reward, read_metrics, tiny_config
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
+
+RELEASE_AFTER_STEP = 2
+
+
+class SlowTool:
+    """The first call blocks until `release` is set (at most `timeout_s`); the others answer at once."""
+
+    def __init__(self, timeout_s: float = 120.0) -> None:
+        self.release = threading.Event()
+        self.calls = itertools.count()
+        self.timeout_s = timeout_s
+
+    async def __call__(self) -> str:
+        if next(self.calls) == 0 and not await asyncio.to_thread(self.release.wait, self.timeout_s):
+            raise RuntimeError(f"the slow tool was not released within {self.timeout_s} s")
+        return " ok"
+
+
+SLOW_TOOL = SlowTool()
+
+
+@register_agent_loop("slow_tool_test_agent")
+class SlowToolAgentLoop(AgentLoopBase):
+    """Turn 1 (half the response budget), a call of `SLOW_TOOL` whose answer is context, turn 2."""
+
+    async def run(self, sampling_params, **kwargs):
+        data = AgentData(request_id=kwargs["request_id"], messages=list(kwargs["raw_prompt"]))
+        data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs)
+        params = dataclasses.replace(sampling_params, max_tokens=self.response_length // 2 - 1)
+        for turn in range(2):
+            if turn:
+                data.append_context_tokens(self.tokenizer.encode(await SLOW_TOOL(), add_special_tokens=False))
+            out = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params)
+            data.append_model_tokens(out.token_ids, out.log_probs, out.policy_versions)
+        data.assistant_turns, data.tool_turns, data.finish_reason = 2, 1, out.finish_reason
+        return data.to_output(self.response_length)
+
+
+@pytest.fixture(scope="module")
+def ray_started_here():
+    """Ray is started by the trainer (trainer.ray_init); shut it down after this module if it was not running."""
+    ray = pytest.importorskip("ray")
+    was_running = ray.is_initialized()
+    yield
+    if not was_running and ray.is_initialized():
+        ray.shutdown()
+
+
+def run(out: Path, max_staleness: int) -> tuple[list[dict], list[dict], PPOTrainer]:
+    """Train on 12 prompts (3 batches); returns each step's metrics, what each step trained, and the trainer."""
+    assets = build_assets_with_reward(out / "assets")
+    config = tiny_config(
+        assets,
+        out,
+        f"custom_reward_function.path={assets['reward']}",
+        "trainer.backend=ray",
+        "trainer.ray_init.num_cpus=2",
+        "trainer.placement=split",
+        "trainer.total_training_steps=3",
+        "trainer.total_epochs=1",
+        "data.train_max_samples=12",
+        "data.return_raw_chat=True",
+        "data.max_response_length=16",
+        "actor_rollout_ref.rollout.ignore_eos=True",
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=slow_tool_test_agent",
+        "async_training.mode=fully_async",
+        f"async_training.max_staleness={max_staleness}",
+    )
+    global SLOW_TOOL
+    SLOW_TOOL = SlowTool()
+    trained: list[dict] = []
+    with contextlib.chdir(out):
+        trainer = PPOTrainer(config)
+        trainer.init_workers()
+        train_step, after_update = trainer.train_step, trainer.split.after_update
+
+        def recording_train_step(batch, timing):
+            uids = list(batch.non_tensor_batch[F.UID])
+            versions = [sorted(set(row.tolist()) - {-1}) for row in batch.batch[F.ROLLOUT_POLICY_VERSIONS]]
+            trained.append({"uids": uids, "versions": versions, "tool_versions": tool_token_versions(batch)})
+            return train_step(batch, timing)
+
+        def releasing_after_update(version, timing):
+            after_update(version, timing)  # the weights of `version` are in the rollout pool now
+            if version == RELEASE_AFTER_STEP:
+                SLOW_TOOL.release.set()
+
+        trainer.train_step, trainer.split.after_update = recording_train_step, releasing_after_update
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+        return [step["data"] for step in read_metrics(trainer.tracking.log_dir)], trained, trainer
+
+
+def tool_token_versions(batch) -> set[int]:
+    """The versions recorded on response tokens outside the loss (tool answers, padding)."""
+    versions, mask = batch.batch[F.ROLLOUT_POLICY_VERSIONS], batch.batch[F.RESPONSE_MASK]
+    return set(versions[mask == 0].tolist())
+
+
+def test_a_slow_tool_call_holds_back_only_its_own_group_and_its_later_turn_records_the_newer_version(
+    ray_started_here, tmp_path
+):
+    steps, trained, _ = run(tmp_path, max_staleness=2)
+
+    assert [step["training/global_step"] for step in steps] == [1.0, 2.0, 3.0]
+    # steps 1 and 2 trained 8 whole groups while the slow sample waited, sampled by versions 0 and 1
+    for batch in trained:
+        assert all(batch["uids"].count(uid) == 2 for uid in batch["uids"])  # rollout.n=2, groups stay whole
+        assert batch["tool_versions"] == {-1}  # tool tokens and padding carry no version
+    assert all(v and max(v) <= 1 for batch in trained[:2] for v in batch["versions"])
+    # the slow sample is trained at step 3: turn 1 by version 0, turn 2 by the weights of step 2
+    assert trained[2]["versions"].count([0, 2]) == 1
+    assert steps[2]["async/staleness_max"] == 2  # within the bound, judged by its oldest token
+    assert steps[2]["async/dropped_stale_groups"] == 0
+
+
+@pytest.mark.slow
+def test_a_slow_sample_that_ends_beyond_the_staleness_bound_is_dropped_and_counted(ray_started_here, tmp_path):
+    steps, trained, trainer = run(tmp_path, max_staleness=1)
+
+    # step 3 would need the slow group, which turn 1 (version 0) makes 2 versions old: dropped; 3 groups are
+    # left, too few for a batch, so training ends after step 2
+    assert [step["training/global_step"] for step in steps] == [1.0, 2.0]
+    assert all(step["async/staleness_max"] <= 1 for step in steps)
+    assert trainer.split.source.buffer.num_dropped_groups == 1
+    assert all(version != [0, 2] for batch in trained for version in batch["versions"])
+    assert torch.tensor([len(batch["uids"]) for batch in trained]).eq(8).all()
