@@ -5,10 +5,13 @@ GPU with `--device cuda`.
     python benchmarks/async_rl.py                          # 8 steps of each mode, CPU, a tiny model
     python benchmarks/async_rl.py --steps 4 --modes colocated,sync,one_step_off --hidden-size 64
     python benchmarks/async_rl.py --device cuda            # one GPU: Qwen2-0.5B's shape, 64 x 8 samples of 256
+    python benchmarks/async_rl.py --device cuda --gpus 2   # the rollout worker on a second GPU (NCCL weights)
 
 On one GPU (`--device cuda`) the rollout worker runs beside the training worker on the same device
 (`trainer.rollout_shares_devices`): generation and updates overlap by sharing it, the weights cross over gloo
-(NCCL needs a GPU per member), and the engine's KV cache takes `--gpu-memory-utilization` of the device. The model
+(NCCL needs a GPU per member), and the engine's KV cache takes `--gpu-memory-utilization` of the device. With
+`--gpus 2` the rollout worker has a GPU of its own and the weights go device to device over NCCL (`colocated`
+then still uses one GPU). The model
 has Qwen2-0.5B's layers (`--shape 0.5b`, the default there) with the tiny tokenizer's vocabulary, so the arithmetic
 task's prompts stay valid; the batch defaults grow to 64 prompts x 8 samples of 256 tokens.
 
@@ -114,8 +117,8 @@ def overrides(found: dict[str, str], args: argparse.Namespace, mode: str) -> lis
 
 
 def gpu_overrides(args: argparse.Namespace, mode: str) -> list[str]:
-    """One GPU: a split placement's rollout worker shares the training worker's device."""
-    shared = ["trainer.rollout_shares_devices=True"] if mode != "colocated" else []
+    """One GPU: a split placement's rollout worker shares the training worker's device (two: one GPU each)."""
+    shared = ["trainer.rollout_shares_devices=True"] if mode != "colocated" and args.gpus == 1 else []
     return [*shared, f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}"]
 
 
@@ -146,6 +149,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--modes", default="colocated,sync,one_step_off,async1", help=f"of {', '.join(MODES)}")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one GPU for both workers")
+    parser.add_argument("--gpus", type=int, choices=[1, 2], default=1, help="cuda: 2 gives the rollout its own GPU")
     parser.add_argument("--prompts", type=int, default=None, help="prompts per step (16; 64 on cuda)")
     parser.add_argument("--n", type=int, default=None, help="samples per prompt (4; 8 on cuda)")
     parser.add_argument("--response-length", type=int, default=None, help="(32; 256 on cuda)")

@@ -15,7 +15,8 @@
 - fully_async (`FullyAsync`): a producer thread generates chunks of `async_training.chunk_prompts` prompts without
   pause into a `RolloutBuffer`; the trainer takes a batch when enough fresh chunks are there; the weights go over
   after every update, between two chunks (the rollout workers run one call at a time, so a chunk is sampled by
-  one version). The staleness bound is the buffer's (hyflow/trainer/rollout_buffer.py).
+  one version). With agent loops every prompt group is a task of its own and the weights load in flight
+  (hyflow/trainer/agent_groups.py). The staleness bound is the buffer's (hyflow/trainer/rollout_buffer.py).
 Versions: the weights after training step k are version k (the initial or resumed weights: the step they are at).
 
 Resume: the buffer and the generations in flight are not saved. A checkpoint of step k stores the loader position
@@ -318,6 +319,8 @@ class SplitRollout:
             metrics["async/buffer_groups"] = float(buffer.num_groups)
             metrics["async/dropped_stale_groups"] = float(buffer.num_dropped_groups)
             metrics["async/admit_wait_s"] = buffer.pop_admit_wait()
+            if self.source.groups is not None:  # agent loops: groups still generating
+                metrics["async/groups_in_flight"] = float(self.source.groups.num_in_flight)
         self._last_mark = (now, busy)
         return metrics
 

@@ -34,6 +34,12 @@ def test_on_one_gpu_the_split_modes_share_the_training_device_and_take_the_gpu_s
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64" in split
 
 
+def test_with_two_gpus_the_rollout_worker_gets_a_gpu_of_its_own(async_rl):
+    args = async_rl.parse_args(["--device", "cuda", "--gpus", "2"])
+    split = async_rl.overrides({"train": "", "val": "", "model": ""}, args, "one_step_off")
+    assert "trainer.placement=split" in split and "trainer.rollout_shares_devices=True" not in split
+
+
 def test_on_the_cpu_a_step_is_one_micro_batch_of_the_small_sizes(async_rl):
     args = async_rl.parse_args([])
     assert (args.device, args.prompts, args.n, args.shape, args.micro_batch_size) == ("cpu", 16, 4, None, 64)

@@ -143,6 +143,7 @@ def test_a_slow_tool_call_holds_back_only_its_own_group_and_its_later_turn_recor
     assert trained[2]["versions"].count([0, 2]) == 1
     assert steps[2]["async/staleness_max"] == 2  # within the bound, judged by its oldest token
     assert steps[2]["async/dropped_stale_groups"] == 0
+    assert steps[0]["async/groups_in_flight"] >= 1  # the slow group, at least, was still generating
 
 
 @pytest.mark.slow
