@@ -64,16 +64,6 @@ class SlowToolAgentLoop(AgentLoopBase):
         return data.to_output(self.response_length)
 
 
-@pytest.fixture(scope="module")
-def ray_started_here():
-    """Ray is started by the trainer (trainer.ray_init); shut it down after this module if it was not running."""
-    ray = pytest.importorskip("ray")
-    was_running = ray.is_initialized()
-    yield
-    if not was_running and ray.is_initialized():
-        ray.shutdown()
-
-
 def run(out: Path, max_staleness: int) -> tuple[list[dict], list[dict], PPOTrainer]:
     """Train on 12 prompts (3 batches); returns each step's metrics, what each step trained, and the trainer."""
     assets = build_assets_with_reward(out / "assets")
