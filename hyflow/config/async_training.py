@@ -100,17 +100,12 @@ def check_async_training(config: PPOTrainerConfig) -> list[str]:
 
 
 def _agent_loop_problems(config: PPOTrainerConfig) -> list[str]:
-    """Agent loops (multi-turn) in an asynchronous mode: each prompt group is a task of its own
-    (hyflow.trainer.agent_groups), and weights reach the engines while their turns run."""
+    """Agent loops (multi-turn) in an asynchronous mode: they run on the manager's background event loop, in
+    fully_async each prompt group a task of its own (hyflow.trainer.agent_groups), and weights may reach the engines
+    while their turns run."""
     settings, rollout = config.async_training, config.actor_rollout_ref.rollout
     problems = []
-    if settings.mode == "one_step_off":
-        problems.append(
-            "async_training.mode='one_step_off' with actor_rollout_ref.rollout.multi_turn.enable=True is not "
-            "supported yet. Fix: use async_training.mode=fully_async (agent loops are scheduled per prompt group "
-            "there), or sync."
-        )
-    if settings.chunk_prompts != 1:
+    if settings.mode == "fully_async" and settings.chunk_prompts != 1:
         problems.append(
             f"async_training.chunk_prompts={settings.chunk_prompts} with multi-turn agent loops: every prompt group "
             "is scheduled on its own, so chunks do not apply. Fix: leave async_training.chunk_prompts at 1."

@@ -60,16 +60,16 @@ def test_features_that_generate_synchronously_are_refused_in_asynchronous_modes(
     assert any(named in p and "async_training.mode=sync" in p for p in problems)
 
 
-def test_agent_loops_load_in_the_fully_asynchronous_mode():
+@pytest.mark.parametrize("mode", ["one_step_off", "fully_async"])
+def test_agent_loops_load_in_the_asynchronous_modes(mode):
     agent = ["actor_rollout_ref.rollout.multi_turn.enable=True", "data.return_raw_chat=True"]
-    config = load_config([*SPLIT, "async_training.mode=fully_async", *agent])
+    config = load_config([*SPLIT, f"async_training.mode={mode}", *agent])
     assert config.async_training.chunk_prompts == 1 and config.actor_rollout_ref.rollout.multi_turn.enable
 
 
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        (["async_training.mode=one_step_off"], "async_training.mode=fully_async"),
         (["async_training.mode=fully_async", "async_training.chunk_prompts=2"], "async_training.chunk_prompts=2"),
         (["async_training.mode=fully_async", "actor_rollout_ref.rollout.name=hf"], "rollout.name='hf'"),
     ],

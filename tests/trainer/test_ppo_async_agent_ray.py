@@ -28,6 +28,7 @@ from tests.trainer.ppo_testkit import build_assets_with_reward, read_metrics, ti
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 
 RELEASE_AFTER_STEP = 2
+FULLY_ASYNC = ["async_training.mode=fully_async"]
 
 
 class SlowTool:
@@ -64,8 +65,9 @@ class SlowToolAgentLoop(AgentLoopBase):
         return data.to_output(self.response_length)
 
 
-def run(out: Path, max_staleness: int) -> tuple[list[dict], list[dict], PPOTrainer]:
-    """Train on 12 prompts (3 batches); returns each step's metrics, what each step trained, and the trainer."""
+def run(out: Path, *overrides: str, slow_tool: bool = True) -> tuple[list[dict], list[dict], PPOTrainer]:
+    """Train on 12 prompts (3 batches); returns each step's metrics, what each step trained, and the trainer.
+    Without `slow_tool` every tool call answers at once."""
     assets = build_assets_with_reward(out / "assets")
     config = tiny_config(
         assets,
@@ -82,11 +84,12 @@ def run(out: Path, max_staleness: int) -> tuple[list[dict], list[dict], PPOTrain
         "actor_rollout_ref.rollout.ignore_eos=True",
         "actor_rollout_ref.rollout.multi_turn.enable=True",
         "actor_rollout_ref.rollout.agent.default_agent_loop=slow_tool_test_agent",
-        "async_training.mode=fully_async",
-        f"async_training.max_staleness={max_staleness}",
+        *overrides,
     )
     global SLOW_TOOL
     SLOW_TOOL = SlowTool()
+    if not slow_tool:
+        SLOW_TOOL.release.set()
     trained: list[dict] = []
     with contextlib.chdir(out):
         trainer = PPOTrainer(config)
@@ -121,7 +124,7 @@ def tool_token_versions(batch) -> set[int]:
 def test_a_slow_tool_call_holds_back_only_its_own_group_and_its_later_turn_records_the_newer_version(
     ray_started_here, tmp_path
 ):
-    steps, trained, _ = run(tmp_path, max_staleness=2)
+    steps, trained, _ = run(tmp_path, *FULLY_ASYNC, "async_training.max_staleness=2")
 
     assert [step["training/global_step"] for step in steps] == [1.0, 2.0, 3.0]
     # steps 1 and 2 trained 8 whole groups while the slow sample waited, sampled by versions 0 and 1
@@ -138,7 +141,7 @@ def test_a_slow_tool_call_holds_back_only_its_own_group_and_its_later_turn_recor
 
 @pytest.mark.slow
 def test_a_slow_sample_that_ends_beyond_the_staleness_bound_is_dropped_and_counted(ray_started_here, tmp_path):
-    steps, trained, trainer = run(tmp_path, max_staleness=1)
+    steps, trained, trainer = run(tmp_path, *FULLY_ASYNC, "async_training.max_staleness=1")
 
     # step 3 would need the slow group, which turn 1 (version 0) makes 2 versions old: dropped; 3 groups are
     # left, too few for a batch, so training ends after step 2
@@ -147,3 +150,14 @@ def test_a_slow_sample_that_ends_beyond_the_staleness_bound_is_dropped_and_count
     assert trainer.split.source.buffer.num_dropped_groups == 1
     assert all(version != [0, 2] for batch in trained for version in batch["versions"])
     assert torch.tensor([len(batch["uids"]) for batch in trained]).eq(8).all()
+
+
+@pytest.mark.slow
+def test_one_step_off_policy_runs_agent_loops_with_batch_k_plus_1_sampled_by_the_weights_of_step_k_minus_1(
+    ray_started_here, tmp_path
+):
+    steps, trained, _ = run(tmp_path, "async_training.mode=one_step_off", slow_tool=False)
+
+    assert [step["async/staleness_max"] for step in steps] == [0.0, 1.0, 1.0]
+    assert [batch["versions"] for batch in trained] == [[[v]] * 8 for v in (0, 0, 1)]  # each sample one version
+    assert all(step["agent/num_turns/mean"] == 4 for step in steps)  # prompt, turn, tool, turn
