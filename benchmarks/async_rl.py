@@ -6,6 +6,7 @@ GPU with `--device cuda`.
     python benchmarks/async_rl.py --steps 4 --modes colocated,sync,one_step_off --hidden-size 64
     python benchmarks/async_rl.py --device cuda            # one GPU: Qwen2-0.5B's shape, 64 x 8 samples of 256
     python benchmarks/async_rl.py --device cuda --gpus 2   # the rollout worker on a second GPU (NCCL weights)
+    python benchmarks/async_rl.py --tool-delay-s 2 --modes sync,async1   # agent loops, every 8th tool call slow
 
 On one GPU (`--device cuda`) the rollout worker runs beside the training worker on the same device
 (`trainer.rollout_shares_devices`): generation and updates overlap by sharing it, the weights cross over gloo
@@ -14,6 +15,11 @@ On one GPU (`--device cuda`) the rollout worker runs beside the training worker 
 then still uses one GPU). The model
 has Qwen2-0.5B's layers (`--shape 0.5b`, the default there) with the tiny tokenizer's vocabulary, so the arithmetic
 task's prompts stay valid; the batch defaults grow to 64 prompts x 8 samples of 256 tokens.
+
+`--tool-delay-s D` turns every sample into two turns around a tool call, and every `--slow-every`-th tool call
+takes D seconds: in `sync` each step waits for its slowest sample, in `fully_async` each prompt group is scheduled
+on its own (hyflow.trainer.agent_groups), so the trainer takes the groups that are done (one_step_off, too, waits
+for whole batches).
 
 Modes: `colocated` (every role in one worker: the usual synchronous run, one process), `sync` (split placement,
 generate then train: the two workers take turns), `one_step_off` and `async1` / `async4` (fully async with
@@ -31,11 +37,14 @@ machine has: on a shared one the spread says how far to trust the ratio.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import itertools
 import json
 import os
 import statistics
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from shapes import SHAPES  # this script's folder
@@ -110,10 +119,54 @@ def overrides(found: dict[str, str], args: argparse.Namespace, mode: str) -> lis
         f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=False",
         f"trainer.experiment_name=async_rl_{mode}",
-        f"async_training.chunk_prompts={args.chunk_prompts}",
+        f"async_training.chunk_prompts={1 if args.tool_delay_s else args.chunk_prompts}",
         *MODES[mode],
         *(gpu_overrides(args, mode) if args.device == "cuda" else []),
+        *(AGENT_OVERRIDES if args.tool_delay_s else []),
     ]
+
+
+SLOW_TOOL_LOOP = "async_rl_slow_tool_agent"
+AGENT_OVERRIDES = [
+    "data.return_raw_chat=True",
+    "actor_rollout_ref.rollout.multi_turn.enable=True",
+    f"actor_rollout_ref.rollout.agent.default_agent_loop={SLOW_TOOL_LOOP}",
+]
+
+
+def register_tool_turn_loop(name: str, tool: Callable[[], Awaitable[str]]) -> None:
+    """Register the agent loop `name`: a turn of half the response budget, one call of `tool` (its answer is
+    context, out of the loss), a second turn."""
+    import dataclasses
+
+    from hyflow.agent.loop import AgentData, AgentLoopBase, register_agent_loop
+    from hyflow.agent.single_turn import prompt_ids_of
+
+    @register_agent_loop(name)
+    class ToolTurnLoop(AgentLoopBase):
+        async def run(self, sampling_params, **kwargs):
+            data = AgentData(request_id=kwargs["request_id"], messages=list(kwargs["raw_prompt"]))
+            data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs)
+            params = dataclasses.replace(sampling_params, max_tokens=self.response_length // 2 - 1)
+            for turn in range(2):
+                if turn:
+                    data.append_context_tokens(self.tokenizer.encode(await tool(), add_special_tokens=False))
+                out = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params)
+                data.append_model_tokens(out.token_ids, out.log_probs, out.policy_versions)
+            data.assistant_turns, data.tool_turns, data.finish_reason = 2, 1, out.finish_reason
+            return data.to_output(self.response_length)
+
+
+def slow_every_nth_tool(delay_s: float, every: int) -> Callable[[], Awaitable[str]]:
+    """`--tool-delay-s`: a tool whose every `every`-th call takes `delay_s` seconds and the others answer at once
+    (a long tail, as of code runs or searches)."""
+    calls = itertools.count()
+
+    async def tool() -> str:
+        await asyncio.sleep(delay_s if next(calls) % every == 0 else 0.0)
+        return " ok"
+
+    return tool
 
 
 def gpu_overrides(args: argparse.Namespace, mode: str) -> list[str]:
@@ -159,6 +212,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunk-prompts", type=int, default=None, help="fully_async: prompts per request (4; 8)")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="update rows (a whole step; 64 on cuda)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="cuda: the engine's KV cache share")
+    parser.add_argument("--tool-delay-s", type=float, default=0.0, help="> 0: agent loops with a slow tool (below)")
+    parser.add_argument("--slow-every", type=int, default=8, help="--tool-delay-s: every N-th sample's tool is slow")
     parser.add_argument("--num-cpus", type=int, default=None, help="Ray's CPUs (2; the machine's on cuda)")
     args = parser.parse_args(argv)
     for key, value in DEFAULTS[args.device].items():
@@ -178,6 +233,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if args.tool_delay_s:
+        register_tool_turn_loop(SLOW_TOOL_LOOP, slow_every_nth_tool(args.tool_delay_s, args.slow_every))
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as root:
         found = assets(Path(root) / "assets", args)

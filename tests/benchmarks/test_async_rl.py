@@ -40,6 +40,13 @@ def test_with_two_gpus_the_rollout_worker_gets_a_gpu_of_its_own(async_rl):
     assert "trainer.placement=split" in split and "trainer.rollout_shares_devices=True" not in split
 
 
+def test_a_tool_delay_runs_agent_loops_scheduled_per_group(async_rl):
+    args = async_rl.parse_args(["--tool-delay-s", "2", "--chunk-prompts", "4"])
+    split = async_rl.overrides({"train": "", "val": "", "model": ""}, args, "async1")
+    assert "actor_rollout_ref.rollout.multi_turn.enable=True" in split and "async_training.chunk_prompts=1" in split
+    assert f"actor_rollout_ref.rollout.agent.default_agent_loop={async_rl.SLOW_TOOL_LOOP}" in split
+
+
 def test_on_the_cpu_a_step_is_one_micro_batch_of_the_small_sizes(async_rl):
     args = async_rl.parse_args([])
     assert (args.device, args.prompts, args.n, args.shape, args.micro_batch_size) == ("cpu", 16, 4, None, 64)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
+import sys
 import threading
 from pathlib import Path
 
@@ -20,10 +20,11 @@ import pytest
 import torch
 
 from hyflow import fields as F
-from hyflow.agent.loop import AgentData, AgentLoopBase, register_agent_loop
-from hyflow.agent.single_turn import prompt_ids_of
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from tests.trainer.ppo_testkit import build_assets_with_reward, read_metrics, tiny_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from async_rl import register_tool_turn_loop  # benchmarks/async_rl.py: the loop its agent mode measures
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 
@@ -48,21 +49,7 @@ class SlowTool:
 SLOW_TOOL = SlowTool()
 
 
-@register_agent_loop("slow_tool_test_agent")
-class SlowToolAgentLoop(AgentLoopBase):
-    """Turn 1 (half the response budget), a call of `SLOW_TOOL` whose answer is context, turn 2."""
-
-    async def run(self, sampling_params, **kwargs):
-        data = AgentData(request_id=kwargs["request_id"], messages=list(kwargs["raw_prompt"]))
-        data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs)
-        params = dataclasses.replace(sampling_params, max_tokens=self.response_length // 2 - 1)
-        for turn in range(2):
-            if turn:
-                data.append_context_tokens(self.tokenizer.encode(await SLOW_TOOL(), add_special_tokens=False))
-            out = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params)
-            data.append_model_tokens(out.token_ids, out.log_probs, out.policy_versions)
-        data.assistant_turns, data.tool_turns, data.finish_reason = 2, 1, out.finish_reason
-        return data.to_output(self.response_length)
+register_tool_turn_loop("slow_tool_test_agent", lambda: SLOW_TOOL())  # turn, a call of SLOW_TOOL, turn
 
 
 def run(out: Path, *overrides: str, slow_tool: bool = True) -> tuple[list[dict], list[dict], PPOTrainer]:
