@@ -3,6 +3,7 @@
     python benchmarks/actor_update.py             # Qwen2-0.5B-shaped model, random weights, CUDA, response 1024
     python benchmarks/actor_update.py --tiny      # a tiny model on CPU: a smoke test that runs anywhere
     torchrun --nproc-per-node 2 benchmarks/actor_update.py   # hyflow data-parallel over 2 GPUs (NCCL)
+    torchrun --nproc-per-node 8 benchmarks/actor_update.py --shape 7b --micro-batch-size 4 --gradient-checkpointing
 
 Both sides run the same PPO step (vanilla clipped policy loss, token-mean over the mini-batch, micro-batch
 gradient accumulation, grad-norm clipping, AdamW) on the same batch, from the same fp32 master weights:
@@ -32,6 +33,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from shapes import SHAPES
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from hyflow import fields as F
@@ -53,6 +55,7 @@ H200_PEAK_FLOPS = 790e12
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny model on CPU (smoke test)")
+    parser.add_argument("--shape", choices=sorted(set(SHAPES) - {"tiny"}), default="0.5b", help="the model's shape")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per mini-batch (one optimizer step)")
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--prompt-length", type=int, default=256)
@@ -73,17 +76,9 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def model_config(tiny: bool) -> Qwen2Config:
-    if tiny:
-        return Qwen2Config(
-            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, tie_word_embeddings=True,
-        )  # fmt: skip
-    # Qwen2-0.5B's shape (random weights): 24 layers, hidden 896, 14 query / 2 KV heads, vocab 151936.
-    return Qwen2Config(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True,
-    )  # fmt: skip
+def model_config(shape: str) -> Qwen2Config:
+    """A shape of `shapes.SHAPES` (random weights), e.g. Qwen2-0.5B's: 24 layers, hidden 896, 14 / 2 heads."""
+    return Qwen2Config(**{"rope_theta": 1000000.0, **SHAPES[shape]}, max_position_embeddings=32768)
 
 
 def make_batch(args: argparse.Namespace, vocab_size: int, rank: int = 0) -> DataProto:
@@ -218,7 +213,7 @@ def main() -> None:
     if world_size > 1:
         args.only = "hyflow"
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
-    config = model_config(args.tiny)
+    config = model_config("tiny" if args.tiny else args.shape)
     torch.manual_seed(0)
     with torch.device(device):
         base = AutoModelForCausalLM.from_config(config)  # fp32 master weights

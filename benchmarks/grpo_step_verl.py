@@ -74,7 +74,9 @@ def verl_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Path,
         "trainer.project_name=bench",
         "trainer.experiment_name=grpo_step_verl",
         f"trainer.default_local_dir={root / 'verl_ckpt'}",
-        "ray_kwargs.ray_init.num_cpus=8",
+        # verl 0.9 starts ~10 one-CPU Ray actors before its workers (the task runner, transfer_queue's controller and
+        # 8 storage units); fewer logical CPUs leave its placement group waiting for ever
+        "ray_kwargs.ray_init.num_cpus=64",
     ]
 
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from hyflow.agent.interactions.base import BaseInteraction
     from hyflow.agent.parsers import FunctionCall, ToolParser
     from hyflow.agent.server import AsyncLLMServer
-    from hyflow.agent.tools.base import BaseTool
+    from hyflow.agent.tools.registry import Tool
     from hyflow.config.actor_rollout_ref import MultiTurnConfig
 
 # Why an episode ended (the `finish_reason` field): the model stopped on its own (or the interaction ended it),
@@ -162,7 +162,7 @@ class AgentLoopContext:
     multi_turn: MultiTurnConfig
     tool_parser: ToolParser
     message_delta: MessageDelta
-    tools: dict[str, BaseTool] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
     interactions: dict[str, BaseInteraction] = field(default_factory=dict)
     processor: Any = None  # a vision-language model's processor (None: text only)
 

@@ -55,7 +55,7 @@ from hyflow.agent.loop import (
 )
 from hyflow.agent.parsers import ToolParser
 from hyflow.agent.server import AsyncLLMServer, ServerRouter
-from hyflow.agent.tools.registry import import_class, initialize_tools_from_config, read_yaml_list
+from hyflow.agent.tools.registry import import_class, load_all_tools, read_yaml_list
 from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.data.multimodal import row_position_ids
 from hyflow.engine.config import SamplingParams
@@ -97,7 +97,7 @@ class AgentLoopManager:
         self.tokenizer = tokenizer
         self.processor = processor
         multi_turn = config.multi_turn
-        tools = initialize_tools_from_config(multi_turn.tool_config_path) if multi_turn.tool_config_path else []
+        tools = load_all_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
         interactions = (
             initialize_interactions_from_config(multi_turn.interaction_config_path)
             if multi_turn.interaction_config_path

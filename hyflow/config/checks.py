@@ -276,6 +276,12 @@ def _check_run(config: PPOTrainerConfig) -> list[str]:
             f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide the number of "
             f"devices {dp} (trainer.nnodes * trainer.n_gpus_per_node). Fix: pick a divisor of {dp} (e.g. 1)."
         )
+    elif trainer.nnodes > 1 and trainer.n_gpus_per_node % rollout.tensor_model_parallel_size:
+        problems.append(
+            f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide "
+            f"trainer.n_gpus_per_node={trainer.n_gpus_per_node}, so that no engine spans two nodes (its all-reduces "
+            "run every layer). Fix: pick a divisor of trainer.n_gpus_per_node."
+        )
     if rollout.multi_turn.enable and rollout.tensor_model_parallel_size > 1:
         problems.append(
             f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} with "

@@ -44,7 +44,7 @@ from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import off_policy, stages
 from hyflow.trainer.async_rollout import SplitRollout
-from hyflow.trainer.balance import balance_batch
+from hyflow.trainer.balance import balance_batch, generate_balanced
 from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.metrics import reduce_metrics, timer
@@ -264,7 +264,7 @@ class PPOTrainer:
         batch = batch.repeat(rollout.n, interleave=True)
         meta = {F.TEMPERATURE: rollout.temperature, F.DO_SAMPLE: rollout.do_sample, F.SEED: seed}
         with timer("gen", timing):
-            output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
+            output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta), rollout.n)
         rollout_metrics = reduce_metrics(output.meta_info.get(F.METRICS, {}))  # per rank: turns, graphs, ...
         timing.update(output.meta_info.get(F.TIMING, {}))  # the worker's phases: gen/rollout_mode, gen/generate, ...
         batch = stages.merge_generation(batch, output)
@@ -273,10 +273,14 @@ class PPOTrainer:
         batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
         return batch, timing, rollout_metrics
 
-    def _generate(self, gen_input: DataProto) -> DataProto:
-        """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts."""
+    def _generate(self, gen_input: DataProto, group_size: int = 1) -> DataProto:
+        """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts (with
+        `trainer.balance_batch`, whole groups of `group_size` rows spread evenly over the engines)."""
         if self.agent_manager is None:
-            return self.workers.rollout.generate_sequences(gen_input)
+            if not self.config.trainer.balance_batch:
+                return self.workers.rollout.generate_sequences(gen_input)
+            tp_size = self.config.actor_rollout_ref.rollout.tensor_model_parallel_size
+            return generate_balanced(self.workers.rollout, gen_input, tp_size, group_size)
         self.workers.rollout.rollout_mode()  # every worker's engine gets the actor's latest weights
         try:
             return self.agent_manager.generate_sequences(gen_input)

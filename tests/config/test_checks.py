@@ -130,6 +130,13 @@ def test_tensor_parallel_size_must_divide_the_devices():
     assert "tensor_model_parallel_size=2 must divide the number of devices 1" in problem
 
 
+def test_a_tensor_parallel_engine_may_not_span_two_nodes():
+    overrides = ["trainer.backend=ray", "trainer.nnodes=2", "trainer.n_gpus_per_node=2"]
+    (problem,) = _problems([*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=4"])
+
+    assert "must divide trainer.n_gpus_per_node=2, so that no engine spans two nodes" in problem
+
+
 def test_multi_turn_rollouts_need_tensor_parallel_size_one():
     overrides = [
         "trainer.backend=ray",
