@@ -64,6 +64,9 @@ class TrainerConfig:
     placement: Literal["colocated", "split"] = "colocated"
     rollout_nnodes: int = 1  # split placement: nodes of the rollout pool
     rollout_n_gpus_per_node: int = 1  # split placement: rollout processes per node (devices, or CPU processes)
+    # split placement: the rollout processes run on the training pool's devices, one beside each training process
+    # (e.g. both pools on one GPU), instead of devices of their own; the rollout pool then has the training size
+    rollout_shares_devices: bool = False
 
     def __post_init__(self) -> None:
         if self.default_local_dir is None:

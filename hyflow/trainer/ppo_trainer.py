@@ -162,14 +162,15 @@ class PPOTrainer:
 
         config = self.config
         self.workers = build_worker_groups(config)
-        if config.trainer.placement == "split":
-            self.split = SplitRollout(config, self.workers, self._generate_batch, self.train_loader)
         if config.actor_rollout_ref.rollout.multi_turn.enable:
             from hyflow.agent import AgentLoopManager
 
             servers = self.workers.rollout_servers()  # one per rollout worker; a conversation stays on one
             rollout = config.actor_rollout_ref.rollout
             self.agent_manager = AgentLoopManager(rollout, self.tokenizer, servers, processor=self.processor)
+        if config.trainer.placement == "split":
+            loader, manager = self.train_loader, self.agent_manager
+            self.split = SplitRollout(config, self.workers, self._generate_batch, loader, agent_manager=manager)
         model = config.actor_rollout_ref.model
         self._hf_config = load_model_config(model.path, model.override_config, model.trust_remote_code)
         trainer = config.trainer

@@ -341,12 +341,19 @@ class ActorRolloutRefWorker(Worker):
         }
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def receive_weights(self, version: int) -> None:
-        """Load the weights training rank 0 broadcasts into the engine; they are those of training step `version`."""
+    async def receive_weights(self, version: int) -> None:
+        """Load the weights training rank 0 broadcasts into the engine; they are those of training step `version`
+        (tokens sampled from now on carry it). Safe while agent-loop requests run (`generate_request`): hyflow's
+        engine pauses them at a step boundary, receives the buckets in a worker thread and resumes them under the
+        new weights (`EngineRollout.update_weights_in_flight`). A blocking `generate_sequences` call finishes
+        first: it holds the worker's event loop."""
         self._require(self.rollout, "receive_weights", "rollout")
         assert self._channel is not None, "join_weight_channel first"
         self.rollout.wake()
-        self.rollout.load_weights(self._channel.receive(), policy_version=version)  # tokens sampled now carry it
+        if hasattr(self.rollout, "update_weights_in_flight"):
+            await self.rollout.update_weights_in_flight(self._channel.receive(), policy_version=version)
+        else:  # the transformers rollout serves one call at a time
+            self.rollout.load_weights(self._channel.receive(), policy_version=version)
 
     # ---- checkpoints ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
