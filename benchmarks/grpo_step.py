@@ -7,6 +7,9 @@ without it, same run.
     python benchmarks/grpo_step.py --only hyflow,trl-vllm  # two sides
     python benchmarks/grpo_step.py --shape 7b --master-dtype bf16 --micro-batch-size 8 --only hyflow,trl-vllm
     python benchmarks/grpo_step.py --backend ray --gpus 2   # hyflow alone on 2 Ray workers, one per GPU
+    python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 7b --master-dtype bf16 --prompts 64   # 8 engines
+    python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 32b --tp 8 --master-dtype bf16 --micro-batch-size 4
+    python benchmarks/grpo_step.py --tiny --backend ray --gpus 2 --tp 2 --steps 2   # CPU: 2 Ray workers, one engine
 
 Both sides train the same random-weight model (saved once to a temp folder with a WordLevel tokenizer over the
 whole vocabulary, so random token ids decode to text) on the same random prompts:
@@ -32,8 +35,10 @@ engine it starts stays in the process. A TRL side is skipped with a message when
 not importable (`pip install trl==1.16.0`; vLLM: ../shared/peers).
 
 With `--backend ray --gpus N` hyflow alone runs the same step on N Ray workers (one process per GPU, actor, rollout
-engine and reference colocated in each, FSDP2 over NCCL, the prompts split over the workers); its JSON goes to
-`$OUT/grpo_step_ray_<N>gpu.json`. Set beside a one-GPU run of the same shape to read the scaling.
+engine and reference colocated in each, FSDP2 over NCCL, the prompts balanced over the engines); its JSON goes to
+`$OUT/grpo_step_ray_<N>gpu.json`. Set beside a one-GPU run of the same shape to read the scaling: the table then
+gives generated tokens/s per GPU and the weight sync's seconds and bytes per rank. `--tp T` splits each engine
+over T workers (`rollout.tensor_model_parallel_size`; N / T engines, each TP rank receiving only its weight slices).
 
 Printed: a table of step 1 (warm-up) and the mean of steps 2..N for every side, hyflow's stages, the ratios
 TRL / hyflow and TRL+vLLM / hyflow, and one JSON line with all of it; the JSON is also written to
@@ -66,7 +71,7 @@ SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"]  # the last four ids of th
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"  # the prompt text, as is
 TRAINING = {"learning_rate": 1e-6, "weight_decay": 0.01}  # hyflow's AdamW defaults, given to TRL too
 STAGE_ORDER = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
-SIDES = {"hyflow": "hyflow", "trl": "TRL", "trl_vllm": "TRL+vLLM"}  # result key -> column; run in this order
+SIDES = {"hyflow": "hyflow", "trl": "TRL", "trl_vllm": "TRL+vLLM", "verl": "verl"}  # result key -> column, in order
 
 logger = logging.getLogger("grpo_step")
 
@@ -85,14 +90,22 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny model and small shapes on CPU (smoke test)")
     parser.add_argument(
-        "--only", default=None, help="comma-separated sides to run, of hyflow, trl, trl-vllm (default: all three)"
-    )
+        "--only", default=None,
+        help="comma-separated sides to run, of hyflow, trl, trl-vllm, verl (default: the first three)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--verl-path", default=None,
+        help="verl's side: a PYTHONPATH with verl's source, its pinned packages and vLLM (see grpo_step_verl.py)",
+    )  # fmt: skip
+    parser.add_argument("--verl-gpu-memory-utilization", type=float, default=0.5, help="verl's vLLM memory share")
+    parser.add_argument("--verl-timeout", type=float, default=400, help="seconds verl's whole run may take")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps per side; step 1 is reported as warm-up")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n / num_generations)")
     parser.add_argument("--prompt-length", type=int, default=64)
     parser.add_argument("--response-length", type=int, default=256)
-    parser.add_argument("--shape", choices=["0.5b", "7b"], default="0.5b", help="the GPU model's shape")
+    parser.add_argument("--shape", choices=["0.5b", "1.5b", "7b", "32b"], default="0.5b", help="the GPU model's shape")
+    parser.add_argument("--tp", type=int, default=1, help="workers per engine (rollout.tensor_model_parallel_size)")
     parser.add_argument(
         "--micro-batch-size", type=int, default=64, help="the update micro-batch of both sides (sequences)"
     )
@@ -112,12 +125,16 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.backend == "local" and args.gpus != 1:
         parser.error(f"--gpus={args.gpus} needs --backend ray (the local backend runs one process)")
+    if args.gpus % args.tp:
+        parser.error(f"--tp={args.tp} must divide --gpus={args.gpus} (each engine spans --tp workers)")
     if args.backend == "ray":
         args.only = "hyflow"  # TRL's side is one process; compare it with a one-GPU run
     args.sides = [side.replace("-", "_") for side in (args.only or "hyflow,trl,trl-vllm").split(",")]
     unknown = [side for side in args.sides if side not in SIDES]
     if unknown:
-        parser.error(f"--only={args.only}: unknown side(s) {unknown}; choose from hyflow, trl, trl-vllm")
+        parser.error(f"--only={args.only}: unknown side(s) {unknown}; choose from hyflow, trl, trl-vllm, verl")
+    if "verl" in args.sides and not args.verl_path:
+        parser.error("--only ...,verl needs --verl-path (a PYTHONPATH holding verl and its pinned packages)")
     if args.tiny:
         args.prompts, args.n, args.prompt_length, args.response_length = 4, 4, 16, 32
         args.micro_batch_size, args.log_prob_micro_batch_size = 8, 16
@@ -224,6 +241,7 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.checkpoint.save_contents=[]",
         f"actor_rollout_ref.rollout.n={args.n}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={args.tp}",
         f"actor_rollout_ref.rollout.free_cache_engine={not args.keep_kv_cache}",
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.rollout.ignore_eos=True",
@@ -292,12 +310,18 @@ def profile_steps_after_first(trainer: Any) -> None:
 
 def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
     """Train `--steps` GRPO steps with `PPOTrainer.fit()`; returns each step's seconds and `timing_s/*` stages."""
+    return train_and_time(hyflow_overrides(args, assets, root), root, profile=args.profile)
+
+
+def train_and_time(overrides: list[str], root: Path, profile: bool = False) -> dict[str, Any]:
+    """`PPOTrainer.fit()` with `overrides` (a `file` logger among them) in `root`; each step's seconds, its
+    `timing_s/*` stages, CUDA-graph captures and logged mean response length, read back from the file logger."""
     from hyflow.config import load_config
     from hyflow.trainer.ppo_trainer import PPOTrainer
 
     with isolated_process_state(root):
-        trainer = PPOTrainer(load_config(hyflow_overrides(args, assets, root)))
-        if args.profile:
+        trainer = PPOTrainer(load_config(overrides))
+        if profile:
             profile_steps_after_first(trainer)
         try:
             trainer.init_workers()
@@ -312,7 +336,12 @@ def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> 
         timing["step"] -= timing.pop("save_checkpoint", 0.0)  # the end-of-run checkpoint is not part of a step
         stages.append(timing)
     captures = [metrics.get("rollout/cuda_graph_captures", 0) for metrics in logged]
-    return {"step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures}
+    syncs = [{k: v for k, v in metrics.items() if k.startswith("rollout/weight_sync")} for metrics in logged]
+    lengths = [metrics.get("response_length/mean") for metrics in logged]
+    return {
+        "step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures,
+        "response_length_mean": lengths, "weight_sync": syncs,
+    }  # fmt: skip
 
 
 def synchronize() -> None:
@@ -340,6 +369,11 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
     generated_tokens = args.prompts * args.n * args.response_length
     summary = {"step_s": steps, "warmup_s": steps[0], "mean_s": mean, "min_s": min(steps[1:]), "max_s": max(steps[1:])}
     summary["generated_tokens_per_s"] = generated_tokens / mean
+    summary["generated_tokens_per_s_per_gpu"] = generated_tokens / mean / args.gpus
+    syncs = side.get("weight_sync", [])[1:]
+    if any(syncs):  # the workers' mean per rank, steps 2..N
+        names = sorted({name for sync in syncs for name in sync})
+        summary["weight_sync_mean"] = {name: statistics.fmean(sync.get(name, 0.0) for sync in syncs) for name in names}
     if "stages_s" in side:
         later = side["stages_s"][1:]
         names = {name for timing in later for name in timing if name != "step"}
@@ -347,6 +381,13 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
         stages = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
         stages["other"] = mean - sum(seconds for name, seconds in stages.items() if "/" not in name)  # gen/*: parts
         summary.update(stages_mean_s=stages, stages_s=side["stages_s"], graph_captures=side["graph_captures"])
+    if "verl_stages_s" in side:  # verl's own stage names (gen, old_log_prob, update_actor, update_weights, ...)
+        later = side["verl_stages_s"][1:]
+        names = sorted({name for timing in later for name in timing if name != "step"})
+        summary["verl_stages_mean_s"] = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
+        summary["verl_stages_s"] = side["verl_stages_s"]
+    if any(side.get("response_length_mean") or []):
+        summary["response_length_mean"] = side["response_length_mean"]
     if on_this_gpu:
         summary["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
         summary["memory_left_gib"] = torch.cuda.memory_allocated() / 2**30
@@ -384,6 +425,17 @@ def run_trl_side(
     free_memory()  # a failed run's objects, now that the exception that held them is gone
 
 
+def run_verl_side(args: argparse.Namespace, assets: dict[str, Any], root: Path, result: dict[str, Any]) -> None:
+    """verl's numbers into `result["verl"]`, or why there are none (its child process failed: the log's tail)."""
+    from grpo_step_verl import run_verl
+
+    try:
+        result["verl"] = measured_side(run_verl, args, assets, root)
+    except Exception as exc:  # the peer failing must not lose the other sides' numbers of the same run
+        logger.exception("the verl side failed")
+        result["verl_error"] = f"{type(exc).__name__}: {exc}"
+
+
 def main() -> None:
     from grpo_step_report import print_table, write_result  # here: hyflow loads this file by path (compute_score)
 
@@ -403,16 +455,19 @@ def main() -> None:
             "prompt_length": args.prompt_length, "response_length": args.response_length,
             "generated_tokens": args.prompts * args.n * args.response_length,
             "micro_batch_size": args.micro_batch_size, "log_prob_micro_batch_size": args.log_prob_micro_batch_size,
-            "shape": "tiny" if args.tiny else args.shape, "hyflow_master_dtype": args.master_dtype,
+            "shape": "tiny" if args.tiny else args.shape, "hyflow_master_dtype": args.master_dtype, "tp": args.tp,
         }  # fmt: skip
         if "hyflow" in args.sides:
             result["hyflow"] = measured_side(run_hyflow, args, assets, root)
+            write_result(result, echo=False)
+        if "verl" in args.sides:  # a child process: before TRL+vLLM, whose engine stays in this process
+            run_verl_side(args, assets, root, result)
             write_result(result, echo=False)
         for side in ("trl", "trl_vllm"):
             if side in args.sides:
                 run_trl_side(args, assets, root, result, side)
                 write_result(result, echo=False)
-    for side in ("trl", "trl_vllm"):
+    for side in ("trl", "trl_vllm", "verl"):
         if "hyflow" in result and side in result:
             result[f"ratio_{side}_over_hyflow"] = result[side]["mean_s"] / result["hyflow"]["mean_s"]
     print_table(result, SIDES)
