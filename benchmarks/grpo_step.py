@@ -66,7 +66,7 @@ SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"]  # the last four ids of th
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"  # the prompt text, as is
 TRAINING = {"learning_rate": 1e-6, "weight_decay": 0.01}  # hyflow's AdamW defaults, given to TRL too
 STAGE_ORDER = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
-SIDES = {"hyflow": "hyflow", "trl": "TRL", "trl_vllm": "TRL+vLLM"}  # result key -> column; run in this order
+SIDES = {"hyflow": "hyflow", "trl": "TRL", "trl_vllm": "TRL+vLLM", "verl": "verl"}  # result key -> column, in order
 
 logger = logging.getLogger("grpo_step")
 
@@ -85,8 +85,15 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny model and small shapes on CPU (smoke test)")
     parser.add_argument(
-        "--only", default=None, help="comma-separated sides to run, of hyflow, trl, trl-vllm (default: all three)"
-    )
+        "--only", default=None,
+        help="comma-separated sides to run, of hyflow, trl, trl-vllm, verl (default: the first three)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--verl-path", default=None,
+        help="verl's side: a PYTHONPATH with verl's source, its pinned packages and vLLM (see grpo_step_verl.py)",
+    )  # fmt: skip
+    parser.add_argument("--verl-gpu-memory-utilization", type=float, default=0.5, help="verl's vLLM memory share")
+    parser.add_argument("--verl-timeout", type=float, default=400, help="seconds verl's whole run may take")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps per side; step 1 is reported as warm-up")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n / num_generations)")
@@ -117,7 +124,9 @@ def parse_args() -> argparse.Namespace:
     args.sides = [side.replace("-", "_") for side in (args.only or "hyflow,trl,trl-vllm").split(",")]
     unknown = [side for side in args.sides if side not in SIDES]
     if unknown:
-        parser.error(f"--only={args.only}: unknown side(s) {unknown}; choose from hyflow, trl, trl-vllm")
+        parser.error(f"--only={args.only}: unknown side(s) {unknown}; choose from hyflow, trl, trl-vllm, verl")
+    if "verl" in args.sides and not args.verl_path:
+        parser.error("--only ...,verl needs --verl-path (a PYTHONPATH holding verl and its pinned packages)")
     if args.tiny:
         args.prompts, args.n, args.prompt_length, args.response_length = 4, 4, 16, 32
         args.micro_batch_size, args.log_prob_micro_batch_size = 8, 16
@@ -292,12 +301,18 @@ def profile_steps_after_first(trainer: Any) -> None:
 
 def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> dict[str, Any]:
     """Train `--steps` GRPO steps with `PPOTrainer.fit()`; returns each step's seconds and `timing_s/*` stages."""
+    return train_and_time(hyflow_overrides(args, assets, root), root, profile=args.profile)
+
+
+def train_and_time(overrides: list[str], root: Path, profile: bool = False) -> dict[str, Any]:
+    """`PPOTrainer.fit()` with `overrides` (a `file` logger among them) in `root`; each step's seconds, its
+    `timing_s/*` stages, CUDA-graph captures and logged mean response length, read back from the file logger."""
     from hyflow.config import load_config
     from hyflow.trainer.ppo_trainer import PPOTrainer
 
     with isolated_process_state(root):
-        trainer = PPOTrainer(load_config(hyflow_overrides(args, assets, root)))
-        if args.profile:
+        trainer = PPOTrainer(load_config(overrides))
+        if profile:
             profile_steps_after_first(trainer)
         try:
             trainer.init_workers()
@@ -312,7 +327,11 @@ def run_hyflow(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> 
         timing["step"] -= timing.pop("save_checkpoint", 0.0)  # the end-of-run checkpoint is not part of a step
         stages.append(timing)
     captures = [metrics.get("rollout/cuda_graph_captures", 0) for metrics in logged]
-    return {"step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures}
+    lengths = [metrics.get("response_length/mean") for metrics in logged]
+    return {
+        "step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures,
+        "response_length_mean": lengths,
+    }  # fmt: skip
 
 
 def synchronize() -> None:
@@ -347,6 +366,13 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
         stages = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
         stages["other"] = mean - sum(seconds for name, seconds in stages.items() if "/" not in name)  # gen/*: parts
         summary.update(stages_mean_s=stages, stages_s=side["stages_s"], graph_captures=side["graph_captures"])
+    if "verl_stages_s" in side:  # verl's own stage names (gen, old_log_prob, update_actor, update_weights, ...)
+        later = side["verl_stages_s"][1:]
+        names = sorted({name for timing in later for name in timing if name != "step"})
+        summary["verl_stages_mean_s"] = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
+        summary["verl_stages_s"] = side["verl_stages_s"]
+    if any(side.get("response_length_mean") or []):
+        summary["response_length_mean"] = side["response_length_mean"]
     if on_this_gpu:
         summary["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
         summary["memory_left_gib"] = torch.cuda.memory_allocated() / 2**30
@@ -384,6 +410,17 @@ def run_trl_side(
     free_memory()  # a failed run's objects, now that the exception that held them is gone
 
 
+def run_verl_side(args: argparse.Namespace, assets: dict[str, Any], root: Path, result: dict[str, Any]) -> None:
+    """verl's numbers into `result["verl"]`, or why there are none (its child process failed: the log's tail)."""
+    from grpo_step_verl import run_verl
+
+    try:
+        result["verl"] = measured_side(run_verl, args, assets, root)
+    except Exception as exc:  # the peer failing must not lose the other sides' numbers of the same run
+        logger.exception("the verl side failed")
+        result["verl_error"] = f"{type(exc).__name__}: {exc}"
+
+
 def main() -> None:
     from grpo_step_report import print_table, write_result  # here: hyflow loads this file by path (compute_score)
 
@@ -408,11 +445,14 @@ def main() -> None:
         if "hyflow" in args.sides:
             result["hyflow"] = measured_side(run_hyflow, args, assets, root)
             write_result(result, echo=False)
+        if "verl" in args.sides:  # a child process: before TRL+vLLM, whose engine stays in this process
+            run_verl_side(args, assets, root, result)
+            write_result(result, echo=False)
         for side in ("trl", "trl_vllm"):
             if side in args.sides:
                 run_trl_side(args, assets, root, result, side)
                 write_result(result, echo=False)
-    for side in ("trl", "trl_vllm"):
+    for side in ("trl", "trl_vllm", "verl"):
         if "hyflow" in result and side in result:
             result[f"ratio_{side}_over_hyflow"] = result[side]["mean_s"] / result["hyflow"]["mean_s"]
     print_table(result, SIDES)

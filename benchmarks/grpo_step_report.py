@@ -32,9 +32,11 @@ def print_table(result: dict[str, Any], sides: dict[str, str]) -> None:
     row("peak memory", "peak_memory_gib", "G", 1)
     for name, seconds in (hyflow or {}).get("stages_mean_s", {}).items():
         print(f"{'  hyflow ' + name:<28}{seconds:>11.3f}s")
+    for name, seconds in (result.get("verl") or {}).get("verl_stages_mean_s", {}).items():
+        print(f"{'  verl ' + name:<28}{seconds:>11.3f}s")
     if hyflow and "graph_captures" in hyflow:
         print(f"{'  hyflow graphs captured':<28}{hyflow['graph_captures']} (per step)")
-    for side in ("trl", "trl_vllm"):
+    for side in ("trl", "trl_vllm", "verl"):
         if f"ratio_{side}_over_hyflow" in result:
             print(f"{sides[side]} / hyflow (steps 2-{shape['steps']} mean): {result[f'ratio_{side}_over_hyflow']:.2f}x")
         for key in ("skipped", "error"):

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark of the repo in one go, each beside its baseline, with a time limit per step:
 #   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
-# Parts (comma-separated): tests, grpo, actor, rollout; and peers (not by default: vLLM beside the engine at the
-# 0.5B and 7B shapes, the 7B GRPO step beside TRL+vLLM; needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md).
+# Parts (comma-separated): tests, grpo, actor, rollout, vlm (the Qwen2.5-VL-3B shape: generation, a GRPO step);
+# and peers (not by default: vLLM beside the engine at the 0.5B and 7B shapes, the 7B GRPO step beside TRL+vLLM;
+# needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md).
 # Logs land in the folder (one file per step) and the summary lines on stdout. About 11 minutes on one H200
 # before the batch-scaling step and the 1024-row / 7B kernel shapes were added (~1.5 minutes more, by their parts).
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
 set -uo pipefail
 source "$(dirname "$0")/suite_step.sh"
-results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout
+results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout,vlm
 
 if [[ $parts == *,tests,* ]]; then
     step gpu_tests 180 "passed|failed|FAILED|skipped in" \
@@ -33,6 +34,10 @@ if [[ $parts == *,rollout,* ]]; then
     step rollout_batch_scaling 90 "^case|prefill steps" \
         python3 benchmarks/rollout_throughput.py --no-hf --no-vllm --cases s256,s1024 --trace
     step decode_kernels 200 "^decode|^sampler|^silu|current" python3 benchmarks/decode_kernels.py --shapes c,a,s1024,7b
+fi
+if [[ $parts == *,vlm,* ]]; then
+    step vlm_generate 240 "^prompt|engine|transformers" python3 benchmarks/vlm_generate.py
+    step vlm_grpo_step 400 "steps 2-4|generated|hyflow |peak" python3 benchmarks/vlm_grpo_step.py
 fi
 if [[ $parts == *,peers,* ]]; then
     step rollout_peers_05b 330 "^case|skipped" python3 benchmarks/rollout_throughput.py --cases a,b,c,long --no-hf

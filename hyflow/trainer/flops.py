@@ -70,12 +70,21 @@ def _attention_width(config: Any) -> tuple[int, int]:
     return heads * head_dim, kv_heads * head_dim
 
 
+def _decoder_config(config: Any) -> Any:
+    """The language model's config: a vision-language config's `text_config` (its vision tower is not counted),
+    the config itself for a decoder."""
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config(decoder=True) if get_text_config is not None else config
+
+
 def estimate_num_params(config: Any) -> int:
-    """Non-embedding parameters of a Llama/Qwen-style decoder, from its Hugging Face config.
+    """Non-embedding parameters of a Llama/Qwen-style decoder, from its Hugging Face config (of a vision-language
+    model: its language model's).
 
     Per layer: attention projections h·q + 2·h·kv + q·h, gated MLP 3·h·i, two norms 2·h; plus the final norm and
     the LM head V·h (the head does matmul work even when it is tied to the input embedding).
     """
+    config = _decoder_config(config)
     hidden = config.hidden_size
     query_width, kv_width = _attention_width(config)
     attention = hidden * query_width + 2 * hidden * kv_width + query_width * hidden
@@ -86,6 +95,7 @@ def estimate_num_params(config: Any) -> int:
 
 def estimate_flops(config: Any, seq_lens: Sequence[int], training: bool = True) -> float:
     """FLOPs to process sequences of `seq_lens` tokens once (see the module docstring for the formula)."""
+    config = _decoder_config(config)
     num_params = estimate_num_params(config)
     query_width, _ = _attention_width(config)
     tokens = float(sum(seq_lens))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -46,19 +45,14 @@ from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import off_policy, stages
 from hyflow.trainer.async_rollout import SplitRollout
 from hyflow.trainer.balance import balance_batch
-from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
+from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.dynamic_sampling import GroupFilter
-from hyflow.trainer.flops import compute_mfu_metrics, device_peak_flops
-from hyflow.trainer.metrics import (
-    compute_data_metrics,
-    compute_throughput_metrics,
-    compute_timing_metrics,
-    reduce_metrics,
-    timer,
-)
+from hyflow.trainer.metrics import reduce_metrics, timer
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
+from hyflow.trainer.ppo_checkpoint import resume_ppo_checkpoint, save_ppo_checkpoint
 from hyflow.trainer.ppo_ops import compute_response_mask, step_advantages
 from hyflow.trainer.stages import Validator
+from hyflow.trainer.step_metrics import compute_step_metrics
 from hyflow.trainer.tracking import Tracking
 
 __all__ = ["PPOTrainer", "run"]
@@ -379,47 +373,25 @@ class PPOTrainer:
             logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)
 
     def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:
+        """The trainer's own counters (step, epoch, rollout workers, async, dynamic sampling), then the batch's."""
         metrics = {"training/global_step": float(self.global_step), "training/epoch": float(epoch)}
         metrics.update(self._rollout_metrics)
         if self.split is not None:
             metrics.update(self.split.step_metrics(batch, self.global_step - 1, timing))
         if self.group_filter is not None:
             metrics.update(self.group_filter.last_metrics)
-        metrics.update(compute_data_metrics(batch, use_critic=self.config.use_critic))
-        metrics.update(stages.reward_extra_metrics(batch))
-        metrics.update(compute_timing_metrics(batch, timing))
-        world_size = self.workers.world_size
-        metrics.update(compute_throughput_metrics(batch, timing, n_devices=world_size))
-        seq_lens = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
-        peak = device_peak_flops(torch.cuda.get_device_name()) if self.config.trainer.device == "cuda" else None
-        epochs = self.config.actor_rollout_ref.actor.ppo_epochs
-        metrics.update(compute_mfu_metrics(self._hf_config, seq_lens, timing, world_size, peak, epochs))
+        metrics.update(compute_step_metrics(self.config, batch, timing, self._hf_config, self.workers.world_size))
         return metrics
 
-    # ---- checkpoints ------------------------------------------------------------------------------------
+    # ---- checkpoints (ppo_checkpoint.py) ----------------------------------------------------------------
     def save_checkpoint(self) -> None:
         """Workers write their shards into `global_step_N/{actor,critic}`, then the trainer state marks it done."""
-        path = self.checkpoints.step_dir(self.global_step)
-        self.workers.actor_rollout.save_checkpoint(str(path / ACTOR_DIR), global_step=self.global_step)
-        if self.workers.critic is not None:
-            self.workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=self.global_step)
-        extra = {"kl_coef": float(self.kl_ctrl.value)}
-        loader_state = self.split.loader_state(self.global_step) if self.split is not None else None
-        self.checkpoints.finalize(self.global_step, loader_state or self.train_loader.state_dict(), extra=extra)
+        save_ppo_checkpoint(
+            self.checkpoints, self.workers, self.global_step, self.kl_ctrl, self.train_loader, self.split
+        )
 
     def _load_checkpoint(self) -> None:
-        trainer = self.config.trainer
-        state = self.checkpoints.resume(trainer.resume_mode, trainer.resume_from_path)
-        if state is None:
-            return
-        self.workers.actor_rollout.load_checkpoint(str(state.path / ACTOR_DIR))
-        if self.workers.critic is not None:
-            self.workers.critic.load_checkpoint(str(state.path / CRITIC_DIR))
-        if state.dataloader_state is not None:
-            self.train_loader.load_state_dict(state.dataloader_state)
-        if state.rng_state is not None:
-            restore_rng_state(state.rng_state)
-        self.kl_ctrl.value = state.extra.get("kl_coef", self.kl_ctrl.value)
-        self.global_step = state.global_step
-        if trainer.del_local_ckpt_after_load:
-            shutil.rmtree(state.path)
+        workers, trainer = self.workers, self.config.trainer
+        step = resume_ppo_checkpoint(self.checkpoints, trainer, workers, self.kl_ctrl, self.train_loader)
+        if step is not None:
+            self.global_step = step

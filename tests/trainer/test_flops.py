@@ -63,3 +63,12 @@ def test_mfu_metrics_count_a_forward_for_inference_stages_and_epochs_of_training
     assert metrics["perf/mfu/update_actor"] == pytest.approx(3 * forward * 2 / (3.0 * 2 * 1e9))
     assert "perf/mfu/reward" not in metrics
     assert compute_mfu_metrics(config, lens, timing, n_devices=2, peak_flops=None) == {}
+
+
+def test_a_vision_language_config_is_counted_by_its_language_model():
+    from hyflow.models.tiny_vlm import build_tiny_vlm_tokenizer, tiny_vlm_config
+
+    config = tiny_vlm_config(build_tiny_vlm_tokenizer(), arch="qwen2_5_vl")
+    text = config.get_text_config()
+    assert estimate_num_params(config) == estimate_num_params(text) > 0
+    assert estimate_flops(config, [32, 16]) == estimate_flops(text, [32, 16])

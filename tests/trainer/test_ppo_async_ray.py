@@ -28,16 +28,6 @@ VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "async/", "rollout/wei
 
 
 @pytest.fixture(scope="module")
-def ray_started_here():
-    """Ray is started by the trainer (trainer.ray_init); shut it down after this module if it was not running."""
-    ray = pytest.importorskip("ray")
-    was_running = ray.is_initialized()
-    yield
-    if not was_running and ray.is_initialized():
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     return build_assets_with_reward(tmp_path_factory.mktemp("async_assets"))
 

@@ -17,16 +17,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(300), pytest.mark.usefixtures
 CALCULATOR_TOOLS = Path(hyflow.agent.__file__).parent / "configs" / "calculator_tool.yaml"
 
 
-@pytest.fixture(scope="module")
-def ray_started_here():
-    """Ray is started by the trainer (trainer.ray_init); shut it down after this module if it was not running."""
-    ray = pytest.importorskip("ray")
-    was_running = ray.is_initialized()
-    yield
-    if not was_running and ray.is_initialized():
-        ray.shutdown()
-
-
 class CountingServer:
     """Wraps a server and records which conversations it served."""
 

@@ -15,16 +15,6 @@ from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300), pytest.mark.usefixtures("in_tmp_path")]
 
 
-@pytest.fixture(scope="module")
-def ray_started_here():
-    """Ray is started by the trainer (trainer.ray_init); shut it down after this module if it was not running."""
-    ray = pytest.importorskip("ray")
-    was_running = ray.is_initialized()
-    yield
-    if not was_running and ray.is_initialized():
-        ray.shutdown()
-
-
 def test_grpo_on_the_ray_backend_trains_two_data_parallel_workers(ray_started_here, tmp_path):
     assets = build_assets(tmp_path / "assets")
     config = tiny_config(

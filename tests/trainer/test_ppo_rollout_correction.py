@@ -51,9 +51,7 @@ def test_bypass_mode_with_reinforce_skips_the_old_log_prob_pass_and_trains(asset
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_bypass_mode_settings_reach_the_loss_on_two_ray_workers(assets, tmp_path):
-    ray = pytest.importorskip("ray")
-    was_running = ray.is_initialized()
+def test_bypass_mode_settings_reach_the_loss_on_two_ray_workers(ray_started_here, assets, tmp_path):
     bypass = [f"{KEY}.bypass_mode=True", f"{KEY}.loss_type=reinforce", f"{KEY}.rollout_is=token"]
     config = tiny_config(
         assets,
@@ -72,8 +70,6 @@ def test_bypass_mode_settings_reach_the_loss_on_two_ray_workers(assets, tmp_path
         trainer.fit()
     finally:
         trainer.close()
-        if not was_running and ray.is_initialized():
-            ray.shutdown()
     (step,) = read_metrics(trainer.tracking.log_dir)
     assert "timing_s/old_log_prob" not in step["data"]
     assert step["data"]["actor/rollout_corr/is_weight_mean"] == pytest.approx(1.0, abs=1e-2)

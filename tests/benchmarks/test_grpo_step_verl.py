@@ -1,0 +1,51 @@
+"""benchmarks/grpo_step_verl.py configures verl with verl 0.9's own keys and reads its console logger's lines."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import yaml
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+VERL_KEYS = Path(__file__).parents[2] / "hyflow" / "config" / "verl_keys.yaml"
+
+
+def load_script():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("grpo_step_verl", BENCHMARKS / "grpo_step_verl.py")
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        return script
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_every_override_is_a_key_of_verl_0_9s_generated_config(tmp_path):
+    script = load_script()
+    args = argparse.Namespace(
+        prompts=8, n=8, prompt_length=64, response_length=256, micro_batch_size=64, log_prob_micro_batch_size=64,
+        steps=4, verl_gpu_memory_utilization=0.5,
+    )  # fmt: skip
+    assets = {"train": "t.parquet", "model": "m", "tokenizer": "tok"}
+    overrides = script.verl_overrides(args, assets, tmp_path, tmp_path / "grpo_step.py")
+    known = set(yaml.safe_load(VERL_KEYS.read_text()))
+    keys = [override.split("=", 1)[0] for override in overrides]
+    assert [key for key in keys if key not in known] == []
+    assert "actor_rollout_ref.rollout.name=vllm" in overrides and "actor_rollout_ref.rollout.n=8" in overrides
+
+
+def test_console_lines_become_one_dict_of_numbers_per_step():
+    script = load_script()
+    lines = [
+        "(TaskRunner pid=12) some other output",
+        "(TaskRunner pid=7) step:2 - timing_s/step:1.5 - timing_s/gen:0.75 - actor/pg_loss:-0.01",
+        "step:1 - timing_s/step:9.25 - timing_s/gen:4.0 - training/global_step:1",
+    ]
+    assert script.parse_step_lines(lines) == [
+        {"timing_s/step": 9.25, "timing_s/gen": 4.0, "training/global_step": 1.0},
+        {"timing_s/step": 1.5, "timing_s/gen": 0.75, "actor/pg_loss": -0.01},
+    ]
