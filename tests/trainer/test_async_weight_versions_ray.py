@@ -30,15 +30,6 @@ CHECKPOINT_EVERY_STEP = ["trainer.save_freq=1", f"trainer.max_actor_ckpt_to_keep
 
 
 @pytest.fixture(scope="module")
-def ray_started_here():
-    ray = pytest.importorskip("ray")
-    was_running = ray.is_initialized()
-    yield
-    if not was_running and ray.is_initialized():
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     return build_assets_with_reward(tmp_path_factory.mktemp("version_assets"))
 
