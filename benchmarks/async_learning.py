@@ -4,12 +4,16 @@ asynchronous (staleness 1 and 4), on a split placement (1 training + 1 rollout R
     python benchmarks/async_learning.py                         # the demo's sizes: 80 steps of 64 prompts x 8
     python benchmarks/async_learning.py --steps 30 --test-freq 5 --prompts 16 --samples 4 --sft-steps 150 \
         --test-size 64                                          # the reduced run reported in benchmarks/README.md
+    python benchmarks/async_learning.py --modes one_step_off,async1 --correction bypass --steps 100 --test-freq 10 \
+        --sync-final 0.527                                      # corrected, against the recorded synchronous run
 
 The model is `hyflow demo`'s tiny one, SFT-trained on the synthetic arithmetic task (built once under `--assets`
 and reused), and every run uses the demo's GRPO settings (`hyflow.demo.grpo_overrides`: two optimizer steps per
 batch, lr 1e-3, validation at temperature 1 with 4 samples per prompt) with `trainer.placement=split`; the
-asynchronous runs generate in chunks of `--chunk-prompts` prompts. The synchronous
-split run has the colocated run's metrics exactly (tests/trainer/test_ppo_async_ray.py), so it stands for it.
+asynchronous runs generate in chunks of `--chunk-prompts` prompts, and `--correction` picks their off-policy
+correction (`CORRECTIONS`: none, decoupled PPO with token TIS, or bypass PPO clipped against the engine's
+log-probs). The synchronous split run has the colocated run's metrics exactly (tests/trainer/test_ppo_async_ray.py),
+so it stands for it.
 
 Printed per mode: the validation accuracy (`val-core/arith/acc/mean@4`) before training, at the end and at its
 best, the first validated step at which it reached the synchronous run's final accuracy (minus `--tolerance`),
