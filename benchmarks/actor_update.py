@@ -3,14 +3,18 @@
     python benchmarks/actor_update.py             # Qwen2-0.5B-shaped model, random weights, CUDA, response 1024
     python benchmarks/actor_update.py --tiny      # a tiny model on CPU: a smoke test that runs anywhere
     torchrun --nproc-per-node 2 benchmarks/actor_update.py   # hyflow data-parallel over 2 GPUs (NCCL)
+    torchrun --nproc-per-node 8 benchmarks/actor_update.py --shape 7b --micro-batch-size 4 --gradient-checkpointing
+    python benchmarks/actor_update.py --only hyflow --one-rank-fsdp2   # one GPU through FSDP2's root wrapping
 
 Both sides run the same PPO step (vanilla clipped policy loss, token-mean over the mini-batch, micro-batch
 gradient accumulation, grad-norm clipping, AdamW) on the same batch, from the same fp32 master weights:
 
-- hyflow: `DataParallelPPOActor` over a `PolicyModel` sharded with FSDP2 (one rank here), bf16 compute with fp32
-  gradient reduction (`MixedPrecisionPolicy`), padding removed (packed rows, varlen flash attention; off with
-  `--no-remove-padding`), its fused Triton kernels (RMSNorm, SiLU-and-mul, rotary, the LM head's log-probs; off
-  with `--no-fused-kernels`), LM head only on real response tokens;
+- hyflow: `DataParallelPPOActor` over a `PolicyModel` sharded with FSDP2 (on one rank: without FSDP2, bf16 compute
+  copies of the fp32 weights cast once per step, workers/mixed_precision.py; `--one-rank-fsdp2` for FSDP2's root
+  wrapping, the path before), bf16 compute with fp32 gradient reduction (`MixedPrecisionPolicy`), padding removed
+  (packed rows, varlen flash attention; off with `--no-remove-padding`), its fused Triton kernels (RMSNorm,
+  SiLU-and-mul, rotary, the LM head's log-probs; off with `--no-fused-kernels`), LM head only on real response
+  tokens;
 - plain: `AutoModelForCausalLM` under `torch.autocast(bfloat16)`, full logits, `log_softmax(logits.float())`.
 
 Printed: tokens/s (prompt + response tokens per second of update), the ratio, and MFU against 790 TFLOP/s (the
@@ -32,6 +36,8 @@ import time
 
 import torch
 import torch.distributed as dist
+from shapes import SHAPES
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from hyflow import fields as F
@@ -44,7 +50,7 @@ from hyflow.protocol import DataProto
 from hyflow.trainer.flops import estimate_flops
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.builders import enable_gradient_checkpointing
-from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh
+from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, training_device
 from hyflow.workers.optim import build_optimizer
 
 H200_PEAK_FLOPS = 790e12
@@ -53,6 +59,7 @@ H200_PEAK_FLOPS = 790e12
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny model on CPU (smoke test)")
+    parser.add_argument("--shape", choices=sorted(set(SHAPES) - {"tiny"}), default="0.5b", help="the model's shape")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per mini-batch (one optimizer step)")
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--prompt-length", type=int, default=256)
@@ -65,6 +72,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-fused-kernels", action="store_true", help="hyflow without its Triton kernels")
     parser.add_argument("--no-remove-padding", action="store_true", help="hyflow runs the padded batch")
     parser.add_argument("--profile", action="store_true", help="print the top kernels of one step of each side")
+    parser.add_argument(
+        "--one-rank-fsdp2",
+        action="store_true",
+        help="on one rank, wrap the root with FSDP2 (the path before workers/mixed_precision.py) instead of its "
+        "bf16 compute copies cast once per step",
+    )
     args = parser.parse_args()
     if args.tiny:
         args.batch_size, args.micro_batch_size = 4, 2
@@ -73,17 +86,9 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def model_config(tiny: bool) -> Qwen2Config:
-    if tiny:
-        return Qwen2Config(
-            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, tie_word_embeddings=True,
-        )  # fmt: skip
-    # Qwen2-0.5B's shape (random weights): 24 layers, hidden 896, 14 query / 2 KV heads, vocab 151936.
-    return Qwen2Config(
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True,
-    )  # fmt: skip
+def model_config(shape: str) -> Qwen2Config:
+    """A shape of `shapes.SHAPES` (random weights), e.g. Qwen2-0.5B's: 24 layers, hidden 896, 14 / 2 heads."""
+    return Qwen2Config(**{"rope_theta": 1000000.0, **SHAPES[shape]}, max_position_embeddings=32768)
 
 
 def make_batch(args: argparse.Namespace, vocab_size: int, rank: int = 0) -> DataProto:
@@ -173,7 +178,12 @@ def hyflow_step_fn(args, lm, data):
     if args.gradient_checkpointing:
         enable_gradient_checkpointing(lm)
     policy = PolicyModel(lm, use_fused_kernels=fused, remove_padding=not args.no_remove_padding)
-    policy = apply_fsdp2(policy, FSDPConfig(), build_device_mesh())
+    mesh = build_device_mesh()
+    if args.one_rank_fsdp2 and mesh.size() == 1 and torch.cuda.is_available():
+        bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        policy = fully_shard(policy.to(training_device()), mesh=mesh, reshard_after_forward=False, mp_policy=bf16)
+    else:
+        policy = apply_fsdp2(policy, FSDPConfig(), mesh)
     actor = DataParallelPPOActor(config, policy, build_optimizer(policy.parameters(), config.optim), args.batch_size)
     return lambda: actor.update_policy(data)
 
@@ -218,7 +228,7 @@ def main() -> None:
     if world_size > 1:
         args.only = "hyflow"
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
-    config = model_config(args.tiny)
+    config = model_config("tiny" if args.tiny else args.shape)
     torch.manual_seed(0)
     with torch.device(device):
         base = AutoModelForCausalLM.from_config(config)  # fp32 master weights

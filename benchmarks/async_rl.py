@@ -1,8 +1,25 @@
 """Tokens per second of synchronous against asynchronous GRPO, same run, same workers: 1 training + 1 rollout Ray
-worker on the CPU (`trainer.placement=split`), a tiny random model, the synthetic arithmetic task.
+worker (`trainer.placement=split`), a random model, the synthetic arithmetic task; on the CPU by default, on one
+GPU with `--device cuda`.
 
-    python benchmarks/async_rl.py                          # 8 steps of each mode
+    python benchmarks/async_rl.py                          # 8 steps of each mode, CPU, a tiny model
     python benchmarks/async_rl.py --steps 4 --modes colocated,sync,one_step_off --hidden-size 64
+    python benchmarks/async_rl.py --device cuda            # one GPU: Qwen2-0.5B's shape, 64 x 8 samples of 256
+    python benchmarks/async_rl.py --device cuda --gpus 2   # the rollout worker on a second GPU (NCCL weights)
+    python benchmarks/async_rl.py --tool-delay-s 2 --modes sync,async1   # agent loops, every 8th tool call slow
+
+On one GPU (`--device cuda`) the rollout worker runs beside the training worker on the same device
+(`trainer.rollout_shares_devices`): generation and updates overlap by sharing it, the weights cross over gloo
+(NCCL needs a GPU per member), and the engine's KV cache takes `--gpu-memory-utilization` of the device. With
+`--gpus 2` the rollout worker has a GPU of its own and the weights go device to device over NCCL (`colocated`
+then still uses one GPU). The model
+has Qwen2-0.5B's layers (`--shape 0.5b`, the default there) with the tiny tokenizer's vocabulary, so the arithmetic
+task's prompts stay valid; the batch defaults grow to 64 prompts x 8 samples of 256 tokens.
+
+`--tool-delay-s D` turns every sample into two turns around a tool call, and every `--slow-every`-th tool call
+takes D seconds: in `sync` each step waits for its slowest sample, in `fully_async` each prompt group is scheduled
+on its own (hyflow.trainer.agent_groups), so the trainer takes the groups that are done (one_step_off, too, waits
+for whole batches).
 
 Modes: `colocated` (every role in one worker: the usual synchronous run, one process), `sync` (split placement,
 generate then train: the two workers take turns), `one_step_off` and `async1` / `async4` (fully async with
@@ -20,12 +37,17 @@ machine has: on a shared one the spread says how far to trust the ratio.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import itertools
 import json
 import os
 import statistics
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+from shapes import SHAPES  # this script's folder
 
 MODES = {
     "colocated": ["trainer.placement=colocated"],
@@ -53,13 +75,24 @@ def train(overrides: list[str], out: Path) -> list[dict]:
             return [json.loads(line) for line in lines]
 
 
-def assets(root: Path, hidden_size: int, num_layers: int) -> dict[str, str]:
+LAYER_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads")
+# what --prompts, --n, ... default to on each device (micro_batch_size 0: the whole step in one micro-batch)
+DEFAULTS = {
+    "cpu": dict(prompts=16, n=4, response_length=32, chunk_prompts=4, shape=None, micro_batch_size=0),
+    "cuda": dict(prompts=64, n=8, response_length=256, chunk_prompts=8, shape="0.5b", micro_batch_size=64),
+}
+
+
+def assets(root: Path, args: argparse.Namespace) -> dict[str, str]:
     from hyflow.data.prepare import prepare_task
     from hyflow.models.tiny import build_tiny_model
 
-    model = build_tiny_model(
-        root / "model", arch="qwen2", hidden_size=hidden_size, num_layers=num_layers, intermediate_size=4 * hidden_size
-    )
+    hidden = args.hidden_size
+    sizes = {"hidden_size": hidden, "num_layers": args.num_layers, "intermediate_size": 4 * hidden}
+    if args.shape:  # a public model's layers; the vocabulary stays the tiny tokenizer's (the task's prompts)
+        shape = SHAPES[args.shape]
+        sizes = {"num_layers": shape["num_hidden_layers"], **{key: shape[key] for key in LAYER_KEYS}}
+    model = build_tiny_model(root / "model", arch="qwen2", **sizes)
     data = prepare_task("arith", root / "data", seed=0, train_size=512, test_size=8, num_digits=2)
     return {"model": model, "train": data["train"], "val": data["test"]}
 
@@ -74,20 +107,72 @@ def overrides(found: dict[str, str], args: argparse.Namespace, mode: str) -> lis
         f"actor_rollout_ref.model.path={found['model']}",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.prompts * args.n}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch_size}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch_size}",
         f"actor_rollout_ref.rollout.n={args.n}",
         "actor_rollout_ref.rollout.ignore_eos=True",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         "algorithm.adv_estimator=grpo",
         "trainer.backend=ray",
-        "trainer.device=cpu",
+        f"trainer.device={args.device}",
         f"trainer.ray_init.num_cpus={args.num_cpus}",
         f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=False",
         f"trainer.experiment_name=async_rl_{mode}",
-        f"async_training.chunk_prompts={args.chunk_prompts}",
+        f"async_training.chunk_prompts={1 if args.tool_delay_s else args.chunk_prompts}",
         *MODES[mode],
+        *(gpu_overrides(args, mode) if args.device == "cuda" else []),
+        *(AGENT_OVERRIDES if args.tool_delay_s else []),
     ]
+
+
+SLOW_TOOL_LOOP = "async_rl_slow_tool_agent"
+AGENT_OVERRIDES = [
+    "data.return_raw_chat=True",
+    "actor_rollout_ref.rollout.multi_turn.enable=True",
+    f"actor_rollout_ref.rollout.agent.default_agent_loop={SLOW_TOOL_LOOP}",
+]
+
+
+def register_tool_turn_loop(name: str, tool: Callable[[], Awaitable[str]]) -> None:
+    """Register the agent loop `name`: a turn of half the response budget, one call of `tool` (its answer is
+    context, out of the loss), a second turn."""
+    import dataclasses
+
+    from hyflow.agent.loop import AgentData, AgentLoopBase, register_agent_loop
+    from hyflow.agent.single_turn import prompt_ids_of
+
+    @register_agent_loop(name)
+    class ToolTurnLoop(AgentLoopBase):
+        async def run(self, sampling_params, **kwargs):
+            data = AgentData(request_id=kwargs["request_id"], messages=list(kwargs["raw_prompt"]))
+            data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs)
+            params = dataclasses.replace(sampling_params, max_tokens=self.response_length // 2 - 1)
+            for turn in range(2):
+                if turn:
+                    data.append_context_tokens(self.tokenizer.encode(await tool(), add_special_tokens=False))
+                out = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params)
+                data.append_model_tokens(out.token_ids, out.log_probs, out.policy_versions)
+            data.assistant_turns, data.tool_turns, data.finish_reason = 2, 1, out.finish_reason
+            return data.to_output(self.response_length)
+
+
+def slow_every_nth_tool(delay_s: float, every: int) -> Callable[[], Awaitable[str]]:
+    """`--tool-delay-s`: a tool whose every `every`-th call takes `delay_s` seconds and the others answer at once
+    (a long tail, as of code runs or searches)."""
+    calls = itertools.count()
+
+    async def tool() -> str:
+        await asyncio.sleep(delay_s if next(calls) % every == 0 else 0.0)
+        return " ok"
+
+    return tool
+
+
+def gpu_overrides(args: argparse.Namespace, mode: str) -> list[str]:
+    """One GPU: a split placement's rollout worker shares the training worker's device (two: one GPU each)."""
+    shared = ["trainer.rollout_shares_devices=True"] if mode != "colocated" and args.gpus == 1 else []
+    return [*shared, f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}"]
 
 
 def summarize(lines: list[dict]) -> dict[str, float]:
@@ -112,18 +197,31 @@ def summarize(lines: list[dict]) -> dict[str, float]:
     }
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--modes", default="colocated,sync,one_step_off,async1", help=f"of {', '.join(MODES)}")
-    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    parser.add_argument("--n", type=int, default=4, help="samples per prompt")
-    parser.add_argument("--response-length", type=int, default=32)
-    parser.add_argument("--hidden-size", type=int, default=128)
-    parser.add_argument("--num-layers", type=int, default=4)
-    parser.add_argument("--chunk-prompts", type=int, default=4, help="fully_async: prompts per generation request")
-    parser.add_argument("--num-cpus", type=int, default=2, help="Ray's CPUs (one per worker)")
-    args = parser.parse_args()
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one GPU for both workers")
+    parser.add_argument("--gpus", type=int, choices=[1, 2], default=1, help="cuda: 2 gives the rollout its own GPU")
+    parser.add_argument("--prompts", type=int, default=None, help="prompts per step (16; 64 on cuda)")
+    parser.add_argument("--n", type=int, default=None, help="samples per prompt (4; 8 on cuda)")
+    parser.add_argument("--response-length", type=int, default=None, help="(32; 256 on cuda)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default=None, help="a public model's layers (cuda: 0.5b)")
+    parser.add_argument("--hidden-size", type=int, default=128, help="without --shape")
+    parser.add_argument("--num-layers", type=int, default=4, help="without --shape")
+    parser.add_argument("--chunk-prompts", type=int, default=None, help="fully_async: prompts per request (4; 8)")
+    parser.add_argument("--micro-batch-size", type=int, default=None, help="update rows (a whole step; 64 on cuda)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="cuda: the engine's KV cache share")
+    parser.add_argument("--tool-delay-s", type=float, default=0.0, help="> 0: agent loops with a slow tool (below)")
+    parser.add_argument("--slow-every", type=int, default=8, help="--tool-delay-s: every N-th sample's tool is slow")
+    parser.add_argument("--num-cpus", type=int, default=None, help="Ray's CPUs (2; the machine's on cuda)")
+    args = parser.parse_args(argv)
+    for key, value in DEFAULTS[args.device].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.micro_batch_size = args.micro_batch_size or args.prompts * args.n
+    if args.num_cpus is None:  # a GPU bundle of a Ray pool holds 10 CPUs (hyflow.controller.ray_pool)
+        args.num_cpus = max(os.cpu_count() or 1, 10) if args.device == "cuda" else 2
     unknown = [mode for mode in args.modes.split(",") if mode not in MODES]
     if unknown:
         parser.error(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
@@ -135,9 +233,11 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if args.tool_delay_s:
+        register_tool_turn_loop(SLOW_TOOL_LOOP, slow_every_nth_tool(args.tool_delay_s, args.slow_every))
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as root:
-        found = assets(Path(root) / "assets", args.hidden_size, args.num_layers)
+        found = assets(Path(root) / "assets", args)
         for mode in args.modes.split(","):
             out = Path(root) / mode
             out.mkdir()

@@ -7,6 +7,9 @@ without it, same run.
     python benchmarks/grpo_step.py --only hyflow,trl-vllm  # two sides
     python benchmarks/grpo_step.py --shape 7b --master-dtype bf16 --micro-batch-size 8 --only hyflow,trl-vllm
     python benchmarks/grpo_step.py --backend ray --gpus 2   # hyflow alone on 2 Ray workers, one per GPU
+    python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 7b --master-dtype bf16 --prompts 64   # 8 engines
+    python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 32b --tp 8 --master-dtype bf16 --micro-batch-size 4
+    python benchmarks/grpo_step.py --tiny --backend ray --gpus 2 --tp 2 --steps 2   # CPU: 2 Ray workers, one engine
 
 Both sides train the same random-weight model (saved once to a temp folder with a WordLevel tokenizer over the
 whole vocabulary, so random token ids decode to text) on the same random prompts:
@@ -32,8 +35,10 @@ engine it starts stays in the process. A TRL side is skipped with a message when
 not importable (`pip install trl==1.16.0`; vLLM: ../shared/peers).
 
 With `--backend ray --gpus N` hyflow alone runs the same step on N Ray workers (one process per GPU, actor, rollout
-engine and reference colocated in each, FSDP2 over NCCL, the prompts split over the workers); its JSON goes to
-`$OUT/grpo_step_ray_<N>gpu.json`. Set beside a one-GPU run of the same shape to read the scaling.
+engine and reference colocated in each, FSDP2 over NCCL, the prompts balanced over the engines); its JSON goes to
+`$OUT/grpo_step_ray_<N>gpu.json`. Set beside a one-GPU run of the same shape to read the scaling: the table then
+gives generated tokens/s per GPU and the weight sync's seconds and bytes per rank. `--tp T` splits each engine
+over T workers (`rollout.tensor_model_parallel_size`; N / T engines, each TP rank receiving only its weight slices).
 
 Printed: a table of step 1 (warm-up) and the mean of steps 2..N for every side, hyflow's stages, the ratios
 TRL / hyflow and TRL+vLLM / hyflow, and one JSON line with all of it; the JSON is also written to
@@ -99,7 +104,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (rollout.n / num_generations)")
     parser.add_argument("--prompt-length", type=int, default=64)
     parser.add_argument("--response-length", type=int, default=256)
-    parser.add_argument("--shape", choices=["0.5b", "7b"], default="0.5b", help="the GPU model's shape")
+    parser.add_argument("--shape", choices=["0.5b", "1.5b", "7b", "32b"], default="0.5b", help="the GPU model's shape")
+    parser.add_argument("--tp", type=int, default=1, help="workers per engine (rollout.tensor_model_parallel_size)")
     parser.add_argument(
         "--micro-batch-size", type=int, default=64, help="the update micro-batch of both sides (sequences)"
     )
@@ -119,6 +125,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.backend == "local" and args.gpus != 1:
         parser.error(f"--gpus={args.gpus} needs --backend ray (the local backend runs one process)")
+    if args.gpus % args.tp:
+        parser.error(f"--tp={args.tp} must divide --gpus={args.gpus} (each engine spans --tp workers)")
     if args.backend == "ray":
         args.only = "hyflow"  # TRL's side is one process; compare it with a one-GPU run
     args.sides = [side.replace("-", "_") for side in (args.only or "hyflow,trl,trl-vllm").split(",")]
@@ -233,6 +241,7 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.checkpoint.save_contents=[]",
         f"actor_rollout_ref.rollout.n={args.n}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={args.tp}",
         f"actor_rollout_ref.rollout.free_cache_engine={not args.keep_kv_cache}",
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.rollout.ignore_eos=True",
@@ -327,10 +336,11 @@ def train_and_time(overrides: list[str], root: Path, profile: bool = False) -> d
         timing["step"] -= timing.pop("save_checkpoint", 0.0)  # the end-of-run checkpoint is not part of a step
         stages.append(timing)
     captures = [metrics.get("rollout/cuda_graph_captures", 0) for metrics in logged]
+    syncs = [{k: v for k, v in metrics.items() if k.startswith("rollout/weight_sync")} for metrics in logged]
     lengths = [metrics.get("response_length/mean") for metrics in logged]
     return {
         "step_s": [timing["step"] for timing in stages], "stages_s": stages, "graph_captures": captures,
-        "response_length_mean": lengths,
+        "response_length_mean": lengths, "weight_sync": syncs,
     }  # fmt: skip
 
 
@@ -359,6 +369,11 @@ def measured_side(run: Any, args: argparse.Namespace, assets: dict[str, Any], ro
     generated_tokens = args.prompts * args.n * args.response_length
     summary = {"step_s": steps, "warmup_s": steps[0], "mean_s": mean, "min_s": min(steps[1:]), "max_s": max(steps[1:])}
     summary["generated_tokens_per_s"] = generated_tokens / mean
+    summary["generated_tokens_per_s_per_gpu"] = generated_tokens / mean / args.gpus
+    syncs = side.get("weight_sync", [])[1:]
+    if any(syncs):  # the workers' mean per rank, steps 2..N
+        names = sorted({name for sync in syncs for name in sync})
+        summary["weight_sync_mean"] = {name: statistics.fmean(sync.get(name, 0.0) for sync in syncs) for name in names}
     if "stages_s" in side:
         later = side["stages_s"][1:]
         names = {name for timing in later for name in timing if name != "step"}
@@ -440,7 +455,7 @@ def main() -> None:
             "prompt_length": args.prompt_length, "response_length": args.response_length,
             "generated_tokens": args.prompts * args.n * args.response_length,
             "micro_batch_size": args.micro_batch_size, "log_prob_micro_batch_size": args.log_prob_micro_batch_size,
-            "shape": "tiny" if args.tiny else args.shape, "hyflow_master_dtype": args.master_dtype,
+            "shape": "tiny" if args.tiny else args.shape, "hyflow_master_dtype": args.master_dtype, "tp": args.tp,
         }  # fmt: skip
         if "hyflow" in args.sides:
             result["hyflow"] = measured_side(run_hyflow, args, assets, root)

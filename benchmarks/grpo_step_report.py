@@ -13,7 +13,7 @@ def print_table(result: dict[str, Any], sides: dict[str, str]) -> None:
     stages, and the ratios."""
     hyflow = result.get("hyflow")
     shape = result["shape"]
-    where = f"{result['gpus']} x {result['device']} ({result['backend']} backend)"
+    where = f"{result['gpus']} x {result['device']} ({result['backend']} backend, engines of TP {shape.get('tp', 1)})"
     print(f"\nGRPO step on {where}: {shape['num_params'] / 1e6:.1f}M params, {shape['prompts']} prompts x "
           f"{shape['n']} samples, {shape['prompt_length']} -> {shape['response_length']} tokens")  # fmt: skip
     print(f"{'':<28}" + "".join(f"{column:>12}" for column in sides.values()))
@@ -29,9 +29,12 @@ def print_table(result: dict[str, Any], sides: dict[str, str]) -> None:
     row(f"steps 2-{shape['steps']} min", "min_s")
     row(f"steps 2-{shape['steps']} max", "max_s")
     row("generated tok/s", "generated_tokens_per_s", " ", 0)
+    row("generated tok/s per GPU", "generated_tokens_per_s_per_gpu", " ", 0)
     row("peak memory", "peak_memory_gib", "G", 1)
     for name, seconds in (hyflow or {}).get("stages_mean_s", {}).items():
         print(f"{'  hyflow ' + name:<28}{seconds:>11.3f}s")
+    for name, value in (hyflow or {}).get("weight_sync_mean", {}).items():  # per rank: rollout/weight_sync_gb, ...
+        print(f"{'  hyflow ' + name.removeprefix('rollout/'):<28}{value:>12.4f}")
     for name, seconds in (result.get("verl") or {}).get("verl_stages_mean_s", {}).items():
         print(f"{'  verl ' + name:<28}{seconds:>11.3f}s")
     if hyflow and "graph_captures" in hyflow:

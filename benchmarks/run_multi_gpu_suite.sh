@@ -1,38 +1,82 @@
 #!/usr/bin/env bash
-# The 2-GPU checks and benchmarks (issue #10) in one go, each beside its one-GPU counterpart of the same run:
-#   bash benchmarks/run_multi_gpu_suite.sh [results-folder] [parts]  # default: $OUT, else ./gpu_results; all parts
-# Parts (comma-separated): tests — the NCCL tests (FSDP2 update on 2 GPUs == 1 GPU, engine TP=2 == TP=1);
-# actor — the actor update on 1 and 2 GPUs; rollout — the generation engine at TP=1 and TP=2 (engines = both);
-# grpo — a GRPO step on 1 GPU (local backend) and on 2 Ray workers (needs Ray). About 2-5 minutes a part.
+# The multi-GPU checks and benchmarks (issues #10, #23) in one go on a machine with N = 2, 4 or 8 GPUs, each beside
+# its one-GPU counterpart of the same run:
+#   bash benchmarks/run_multi_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
+# N is the number of visible GPUs (nvidia-smi -L; set GPUS=N to use fewer). Parts (comma-separated):
+#   tests   — the NCCL tests (FSDP2 update on 2 GPUs == 1 GPU, engine TP=2 == TP=1), on GPUs 0 and 1;
+#   sync    — weight_sync.py at the 7B shape over N GPUs: engines of TP 1 (one per GPU) and of TP min(N, 4), each
+#             beside the full-tensor sync; on 8 GPUs also the 32B shape with TP 8 (goal: 7B in at most 1 s);
+#   actor   — actor_update.py at the 1.5B shape on 1 GPU and on N, at 7B on 2 GPUs and on N (fp32 AdamW of 7B does
+#             not fit one GPU) (tokens/s per GPU: goal >= 0.9x);
+#   rollout — the generation engine at TP=1 and TP=2 (0.5B, cases a, b, c);
+#   grpo    — a GRPO step: 0.5B on 1 GPU (local backend) and on N Ray workers; 7B on 1 GPU and on N workers
+#             (one engine per GPU); on 8 GPUs the 32B shape with TP 8 (needs Ray).
+# `engines` names actor and rollout. About 2-6 minutes a part (sync and grpo longer at 7B / 32B).
 # NVLink multicast stays off, as the machines that lend several GPUs ask.
 set -uo pipefail
 source "$(dirname "$0")/suite_step.sh"
-results_and_parts "${1:-}" "${2:-}" tests,actor,rollout,grpo
+results_and_parts "${1:-}" "${2:-}" tests,sync,actor,rollout,grpo
 [[ $parts == *,engines,* ]] && parts="$parts,actor,rollout,"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
+gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+if (( gpus < 2 )); then
+    echo "run_multi_gpu_suite.sh needs at least 2 GPUs; found $gpus (set GPUS=N to choose)" >&2
+    exit 2
+fi
+tp=$(( gpus < 4 ? gpus : 4 ))  # the 7B shape's 28 heads split 2 or 4 ways, not 8
+torchrun_n=(python3 -m torch.distributed.run --nproc-per-node "$gpus")  # an array: `timeout` runs no shell functions
+echo "== $gpus GPUs: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 
 if [[ $parts == *,tests,* ]]; then
-    step fsdp_nccl_test 150 "log-prob error|passed|failed|FAILED|Error|^E " \
+    step fsdp_nccl_test 150 "log-prob error|passed|failed|FAILED|Error|^E " env CUDA_VISIBLE_DEVICES=0,1 \
         python3 -m pytest -q -s -x --tb=short -p no:cacheprovider tests/workers/test_fsdp_nccl.py
-    step tp_nccl_test 150 "passed|failed|FAILED|Error|^E " python3 -m pytest -q -x --tb=short -p no:cacheprovider \
+    step tp_nccl_test 150 "passed|failed|FAILED|Error|^E " env CUDA_VISIBLE_DEVICES=0,1 python3 -m pytest -q -x \
+        --tb=short -p no:cacheprovider \
         tests/engine/test_tensor_parallel.py::test_tp2_on_two_gpus_with_nccl_and_cuda_graphs_equals_tp1
 fi
+if [[ $parts == *,sync,* ]]; then
+    step "sync_7b_${gpus}gpu_tp1" 300 "s/sync|weight sync|Error" "${torchrun_n[@]}" benchmarks/weight_sync.py --shape 7b \
+        --compare-full
+    step "sync_7b_${gpus}gpu_tp$tp" 300 "s/sync|weight sync|Error" "${torchrun_n[@]}" benchmarks/weight_sync.py --shape 7b \
+        --tp "$tp" --compare-full
+    if (( gpus == 8 )); then
+        step sync_32b_8gpu_tp8 420 "s/sync|weight sync|Error" "${torchrun_n[@]}" benchmarks/weight_sync.py --shape 32b \
+            --tp 8 --master-dtype bf16 --compare-full
+    fi
+fi
 if [[ $parts == *,actor,* ]]; then
-    step actor_1gpu 120 "ms/step|params" env CUDA_VISIBLE_DEVICES=0 \
-        python3 benchmarks/actor_update.py --only hyflow --micro-batch-size 16
-    step actor_2gpu 150 "ms/step|ranks|params|Error" python3 -m torch.distributed.run --nproc-per-node 2 benchmarks/actor_update.py \
-        --micro-batch-size 16
+    step actor_1.5b_1gpu 240 "ms/step|params|Error" env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/actor_update.py \
+        --only hyflow --shape 1.5b --micro-batch-size 16
+    step "actor_1.5b_${gpus}gpu" 300 "ms/step|ranks|params|Error" "${torchrun_n[@]}" benchmarks/actor_update.py \
+        --shape 1.5b --micro-batch-size 16
+    # 7B: fp32 master weights + AdamW (16 bytes a parameter, 122 GB) do not fit one H200: 2 GPUs are the baseline.
+    actor_7b=(benchmarks/actor_update.py --shape 7b --micro-batch-size 4 --gradient-checkpointing)
+    step actor_7b_2gpu 300 "ms/step|ranks|params|Error" env CUDA_VISIBLE_DEVICES=0,1 \
+        python3 -m torch.distributed.run --nproc-per-node 2 "${actor_7b[@]}"
+    if (( gpus > 2 )); then
+        step "actor_7b_${gpus}gpu" 300 "ms/step|ranks|params|Error" "${torchrun_n[@]}" "${actor_7b[@]}"
+    fi
 fi
 if [[ $parts == *,rollout,* ]]; then
     step rollout_tp1 150 "^case|device=" env CUDA_VISIBLE_DEVICES=0 \
-        python3 benchmarks/rollout_throughput.py --no-hf --cases a,b,c
-    step rollout_tp2 200 "^case|device=|Error" python3 -m torch.distributed.run --nproc-per-node 2 benchmarks/rollout_throughput.py \
-        --tensor-parallel-size 2 --cases a,b,c
+        python3 benchmarks/rollout_throughput.py --no-hf --no-vllm --cases a,b,c
+    step rollout_tp2 200 "^case|device=|Error" env CUDA_VISIBLE_DEVICES=0,1 python3 -m torch.distributed.run \
+        --nproc-per-node 2 benchmarks/rollout_throughput.py --no-vllm --tensor-parallel-size 2 --cases a,b,c
 fi
 if [[ $parts == *,grpo,* ]]; then
-    step grpo_1gpu 150 "GRPO step on|steps 2-|generated|hyflow " env CUDA_VISIBLE_DEVICES=0 \
+    show="GRPO step on|steps 2-|generated|hyflow |Error"
+    step grpo_0.5b_1gpu 150 "$show" env CUDA_VISIBLE_DEVICES=0 \
         python3 benchmarks/grpo_step.py --only hyflow --prompts 16 --steps 3
-    step grpo_ray_2gpu 170 "GRPO step on|steps 2-|generated|hyflow |Error" \
-        python3 benchmarks/grpo_step.py --backend ray --gpus 2 --prompts 16 --steps 3
+    step "grpo_0.5b_ray_${gpus}gpu" 240 "$show" \
+        python3 benchmarks/grpo_step.py --backend ray --gpus "$gpus" --prompts $(( 8 * gpus )) --steps 3
+    grpo_7b=(--shape 7b --master-dtype bf16 --micro-batch-size 8 --log-prob-micro-batch-size 16 --steps 3)
+    step grpo_7b_1gpu 420 "$show" env CUDA_VISIBLE_DEVICES=0 \
+        python3 benchmarks/grpo_step.py --only hyflow "${grpo_7b[@]}" --prompts 8
+    step "grpo_7b_ray_${gpus}gpu" 480 "$show" \
+        python3 benchmarks/grpo_step.py --backend ray --gpus "$gpus" "${grpo_7b[@]}" --prompts $(( 8 * gpus ))
+    if (( gpus == 8 )); then
+        step grpo_32b_ray_8gpu_tp8 600 "$show" python3 benchmarks/grpo_step.py --backend ray --gpus 8 --tp 8 \
+            --shape 32b --master-dtype bf16 --micro-batch-size 2 --log-prob-micro-batch-size 4 --prompts 16 --steps 3
+    fi
 fi

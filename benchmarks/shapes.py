@@ -11,8 +11,16 @@ SHAPES: dict[str, dict[str, int | float | bool]] = {
         vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
         num_key_value_heads=2, tie_word_embeddings=True,
     ),
+    "1.5b": dict(  # Qwen2.5-1.5B, 1.5B parameters
+        vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+        num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1000000.0,
+    ),
     "7b": dict(  # Qwen2.5-7B, 7.6B parameters
         vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
         num_key_value_heads=4, tie_word_embeddings=False, rope_theta=1000000.0,
+    ),
+    "32b": dict(  # Qwen2.5-32B, 32.8B parameters (TP 2, 4 or 8: 40 query and 8 KV heads)
+        vocab_size=152064, hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+        num_key_value_heads=8, tie_word_embeddings=False, rope_theta=1000000.0,
     ),
 }  # fmt: skip

@@ -52,11 +52,11 @@ Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of leng
 | turn_scores        | list[float] | the interaction's reward for each user turn of an agent episode         |
 | tool_rewards       | list[float] | the reward each executed tool call returned                             |
 | tool_scores        | dict        | tool name -> that tool's `calc_reward` score for the whole episode      |
-| multi_modal_data   | dict        | {"image": [PIL images], "video": [[frames]]} of the prompt, for rollouts|
+| multi_modal_data   | dict        | {"image": [PIL images], "video": [Video]} of the prompt, for rollouts   |
 | multi_modal_inputs | dict        | processor outputs of the row (pixel_values, image_grid_thw; videos:     |
-|                    |             | pixel_values_videos, video_grid_thw) for the training forward, the      |
-|                    |             | prompt's plus a tool's images after an agent loop; position_ids are     |
-|                    |             | then (B, 3, T) M-RoPE rows                                              |
+|                    |             | pixel_values_videos, video_grid_thw, Qwen2.5-VL second_per_grid_ts) for |
+|                    |             | the training forward, the prompt's plus a tool's images and videos      |
+|                    |             | after an agent loop; position_ids are then (B, 3, T) M-RoPE rows        |
 | agent_reward       | float/None  | the reward an `openai_agent` function returned (None: it returned none) |
 |                    |             | and the row's score in every reward manager (reward/managers/base.py)   |
 | rollout_policy_version_min | int | oldest policy version among a row's tokens (-1: no token)       |
@@ -195,7 +195,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TURN_SCORES, "(B,)", "list[float]", "non_tensor", "the interaction's reward for each user turn"),
     FieldSpec(TOOL_REWARDS, "(B,)", "list[float]", "non_tensor", "the reward each executed tool call returned"),
     FieldSpec(TOOL_SCORES, "(B,)", "dict", "non_tensor", "tool name -> that tool's score for the whole episode"),
-    FieldSpec(MULTI_MODAL_DATA, "(B,)", "dict", "non_tensor", "{'image': [PIL], 'video': [[frames]]} of the prompt"),
+    FieldSpec(MULTI_MODAL_DATA, "(B,)", "dict", "non_tensor", "{'image': [PIL], 'video': [Video]} of the prompt"),
     FieldSpec(MULTI_MODAL_INPUTS, "(B,)", "dict", "non_tensor", "processor outputs (pixel_values, *_grid_thw, ...)"),
     FieldSpec(AGENT_REWARD, "(B,)", "float", "non_tensor", "an openai_agent's reward (the row's score), or None"),
     FieldSpec(TEMPERATURE, "", "float", "meta", "sampling temperature; log-probs use logits / temperature"),

@@ -33,7 +33,8 @@ MODULES = [
     ("verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY", "hyflow.algorithms.registry.ADV_ESTIMATOR_REGISTRY"),
     ("verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY", "hyflow.algorithms.registry.POLICY_LOSS_REGISTRY"),
     ("verl.trainer.ppo.core_algos", "hyflow.algorithms"),
-    ("verl.experimental.agent_loop.tool_parser", "hyflow.agent.parsers"),
+    ("verl.experimental.agent_loop.tool_parser", "hyflow.agent.parser_formats"),
+    ("verl.experimental.agent_loop.tool_agent_loop", "hyflow.agent.tool_agent"),
     ("verl.workers.reward_manager.registry", "hyflow.reward.managers"),
     ("verl.workers.reward_manager", "hyflow.reward.managers"),
     ("verl.utils.reward_score", "hyflow.reward.scorers"),
@@ -52,6 +53,17 @@ MODULES = [
     ("verl.tools.base_tool", "hyflow.agent.tools.base"),
     ("verl.tools.function_tool", "hyflow.agent.tools.function_tool"),
     ("from verl.utils import tensordict_utils", "from hyflow.utils import tensordict_utils"),
+    ("verl.utils.dataset.rl_dataset", "hyflow.data.dataset"),
+    ("from verl.tools import function_tool", "from hyflow.agent.tools import function_tool"),
+    # verl-config: verl's worker configs, its new engine's padding helpers, rollout correction, multi-trajectory GRPO
+    ("verl.trainer.ppo.v1.utils", "hyflow.trainer.multi_trajectory"),
+    ("verl.workers.utils.padding", "hyflow.utils.padding"),
+    ("verl.workers.config.optimizer", "hyflow.config.verl_engine"),
+    ("verl.workers.config.engine", "hyflow.config.verl_engine"),
+    ("verl.workers.config.model", "hyflow.config.verl_engine"),
+    ("verl.workers.config", "hyflow.config.verl_workers"),
+    ("verl.utils.config", "hyflow.config.targets"),
+    ("verl.trainer.ppo.rollout_corr_helper", "hyflow.algorithms.rollout_corr_helper"),
 ]
 DEVICE_STRINGS = [(r'"cuda"', '"cpu"'), (r"'cuda'", "'cpu'"), (r'"nccl"', '"gloo"'), (r"'nccl'", "'gloo'")]
 CPU_TESTS = ["tests/test_protocol_on_cpu.py", "tests/trainer/ppo/test_core_algos_on_cpu.py", "tests/single_controller"]
@@ -81,7 +93,18 @@ def copy_tests(verl_root: Path, targets: list[str], workdir: Path) -> list[Path]
             destination.write_text(port_source(file.read_text()))
             if file.name.startswith("test_"):
                 copied.append(destination)
+            _copy_package_markers(verl_root, file, workdir)
     return copied
+
+
+def _copy_package_markers(verl_root: Path, file: Path, workdir: Path) -> None:
+    """The `__init__.py` of each folder above `file`, so `tests.<area>.<helper>` imports as in verl (and not
+    from hyflow's own `tests` package)."""
+    for folder in file.relative_to(verl_root).parents:
+        marker = verl_root / folder / "__init__.py"
+        if folder != Path(".") and marker.is_file() and not (workdir / folder / "__init__.py").exists():
+            (workdir / folder).mkdir(parents=True, exist_ok=True)
+            (workdir / folder / "__init__.py").write_text(port_source(marker.read_text()))
 
 
 def run_file(test_file: Path, workdir: Path, timeout_s: int) -> str:

@@ -46,7 +46,7 @@ def check_rows(tokenizer, batch) -> int:
         calls = parser.parse(model_text).calls
         if "<tool_response>" in context_text:
             num_with_calls += 1
-            expected = calculator_text(calls[0].arguments.get("expression", ""))
+            expected = calculator_text(calls[0].arguments_dict().get("expression", ""))
             assert f"<tool_response>\n{expected}" in context_text  # the call ran, its result is context
     return num_with_calls
 

@@ -98,7 +98,9 @@ class MessageDelta:
 def truncate_text(text: str, max_chars: int, side: TruncateSide) -> str:
     """Keep at most `max_chars` characters of a tool response.
 
-    `left` keeps the beginning, `right` keeps the end, `middle` keeps both ends; a marker says what was cut.
+    The side names the part that is cut, as in verl 0.8 and later: `left` keeps the end, `right` keeps the
+    beginning, `middle` keeps both ends (verl 0.7 read `left` and `right` the other way round); a marker says
+    where the cut is.
     """
     if side not in TRUNCATE_SIDES:
         raise ValueError(
@@ -108,9 +110,9 @@ def truncate_text(text: str, max_chars: int, side: TruncateSide) -> str:
     if len(text) <= max_chars:
         return text
     if side == "left":
-        return text[:max_chars] + "...(truncated)"
-    if side == "right":
         return "(truncated)..." + text[len(text) - max_chars :]
+    if side == "right":
+        return text[:max_chars] + "...(truncated)"
     head = max_chars // 2
     tail = max_chars - head
     return text[:head] + "\n...(truncated)...\n" + (text[len(text) - tail :] if tail else "")

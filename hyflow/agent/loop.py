@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from hyflow.agent.interactions.base import BaseInteraction
     from hyflow.agent.parsers import FunctionCall, ToolParser
     from hyflow.agent.server import AsyncLLMServer
-    from hyflow.agent.tools.base import BaseTool
+    from hyflow.agent.tools.registry import Tool
     from hyflow.config.actor_rollout_ref import MultiTurnConfig
 
 # Why an episode ended (the `finish_reason` field): the model stopped on its own (or the interaction ended it),
@@ -104,14 +104,15 @@ class AgentData:
     metrics: AgentLoopMetrics = field(default_factory=AgentLoopMetrics)
     extra_fields: dict[str, Any] = field(default_factory=dict)
     image_data: list[Any] = field(default_factory=list)  # PIL images, in the order of their pads
-    video_data: list[list[Any]] = field(default_factory=list)  # videos as frame lists, likewise
+    video_data: list[Any] = field(default_factory=list)  # videos (hyflow.data.video.Video), likewise
     multi_modal_inputs: dict[str, Any] = field(default_factory=dict)  # their processor outputs
 
-    def add_images(self, images: list[Any], inputs: dict[str, Any]) -> None:
-        """Images whose pad tokens were just appended: kept, and their processor outputs appended."""
+    def add_images(self, images: list[Any], inputs: dict[str, Any], videos: list[Any] | None = None) -> None:
+        """Images (and videos) whose pad tokens were just appended: kept, and their processor outputs appended."""
         from hyflow.agent.vision import merge_inputs
 
         self.image_data += images
+        self.video_data += videos or []
         self.multi_modal_inputs = merge_inputs(self.multi_modal_inputs, inputs)
 
     def append_model_tokens(
@@ -162,7 +163,7 @@ class AgentLoopContext:
     multi_turn: MultiTurnConfig
     tool_parser: ToolParser
     message_delta: MessageDelta
-    tools: dict[str, BaseTool] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
     interactions: dict[str, BaseInteraction] = field(default_factory=dict)
     processor: Any = None  # a vision-language model's processor (None: text only)
 

@@ -2,6 +2,9 @@
 
     manager = AgentLoopManager(config.actor_rollout_ref.rollout, tokenizer, servers=[LocalEngineServer(engine)])
     gen_batch = manager.generate_sequences(batch)      # batch: raw_prompt (+ agent_name, tools_kwargs, extra_info)
+    manager.start_background_loop()                    # asynchronous training: one event loop for every caller
+    future = manager.submit(manager.agenerate_sequences(group))   # a concurrent.futures.Future, from any thread
+    manager.stop_background_loop()
 
 Each sample runs the loop named by its `agent_name` (`rollout.agent.default_agent_loop` when the batch has none) as
 an asyncio task; all turns of one sample go to one server (`ServerRouter`). Tools and interactions are loaded from
@@ -17,16 +20,23 @@ With a vision-language model's `processor`, the loops fill the prompts' images i
 the output adds each trajectory's `multi_modal_inputs` (the prompt's images and those its tools returned, which
 replace the prompt-only ones in the training batch) and `position_ids` are the M-RoPE rows (B, 3, P + R) of the
 whole sequence.
+
+By default every `generate_sequences` call runs its loops on an event loop of its own (`asyncio.run`). With
+`start_background_loop()` they all run on one event loop in a thread of the manager's, so several threads can share
+the loops, the router and the tools safely: the asynchronous trainer's producer `submit`s one coroutine per prompt
+group (hyflow.trainer.agent_groups) while the trainer's own thread validates with `generate_sequences`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,7 +55,7 @@ from hyflow.agent.loop import (
 )
 from hyflow.agent.parsers import ToolParser
 from hyflow.agent.server import AsyncLLMServer, ServerRouter
-from hyflow.agent.tools.registry import import_class, initialize_tools_from_config, read_yaml_list
+from hyflow.agent.tools.registry import import_class, load_all_tools, read_yaml_list
 from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.data.multimodal import row_position_ids
 from hyflow.engine.config import SamplingParams
@@ -87,7 +97,7 @@ class AgentLoopManager:
         self.tokenizer = tokenizer
         self.processor = processor
         multi_turn = config.multi_turn
-        tools = initialize_tools_from_config(multi_turn.tool_config_path) if multi_turn.tool_config_path else []
+        tools = load_all_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
         interactions = (
             initialize_interactions_from_config(multi_turn.interaction_config_path)
             if multi_turn.interaction_config_path
@@ -108,11 +118,55 @@ class AgentLoopManager:
             interactions=interactions,
             processor=processor,
         )
+        self._loop: asyncio.AbstractEventLoop | None = None  # start_background_loop's
+        self._loop_thread: threading.Thread | None = None
+
+    # ---- the background event loop ------------------------------------------------------------------------
+    def start_background_loop(self) -> None:
+        """Run every batch's loops, and every `submit`ted coroutine, on one event loop in a thread of its own from
+        now on (see the module docstring); a second call does nothing."""
+        if self._loop is not None:
+            return
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="agent_loops", daemon=True)
+        self._loop_thread.start()
+
+    def submit(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
+        """Schedule `coroutine` on the background loop (thread-safe); cancelling the future cancels its task."""
+        if self._loop is None:
+            coroutine.close()
+            raise RuntimeError("AgentLoopManager.submit needs the background loop: call start_background_loop() first")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    def stop_background_loop(self, timeout_s: float = 30.0) -> None:
+        """Cancel what still runs on the background loop, stop it and join its thread."""
+        loop, thread = self._loop, self._loop_thread
+        if loop is None:
+            return
+        self._loop, self._loop_thread = None, None
+
+        async def cancel_all() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout_s)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout_s)
+            if not thread.is_alive():
+                loop.close()
 
     # ---- entry points ---------------------------------------------------------------------------------------
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Run the batch's agent loops to completion (blocking). Inside a running event loop, await
-        `agenerate_sequences` instead."""
+        """Run the batch's agent loops to completion (blocking; on the background loop once it is started).
+        Inside a running event loop, await `agenerate_sequences` instead."""
+        if self._loop is not None:
+            if threading.current_thread() is self._loop_thread:
+                raise RuntimeError("generate_sequences was called on the background loop; await agenerate_sequences")
+            return self.submit(self.agenerate_sequences(prompts)).result()
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -118,7 +118,11 @@ class RolloutEndpoint:
         if not parsed.calls:
             return {"role": "assistant", "content": content}
         calls = [
-            {"id": f"call_{self.data.assistant_turns}_{i}", "type": "function", "function": dataclasses.asdict(call)}
+            {
+                "id": call.tool_call_id or f"call_{self.data.assistant_turns}_{i}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_dict()},
+            }
             for i, call in enumerate(parsed.calls)
         ]
         self.data.metrics.num_tool_calls += len(calls)

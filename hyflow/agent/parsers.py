@@ -4,10 +4,14 @@ A parser is a `ToolParser` subclass registered by name and selected by `actor_ro
 
     @ToolParser.register("my_format")
     class MyParser(ToolParser):
-        def parse(self, text: str) -> ParsedToolCalls: ...
+        def parse(self, text: str, tools=None) -> ParsedToolCalls: ...
 
-    parser = ToolParser.get("hermes", tokenizer)    # also qwen3_coder, kimi_k2, gpt-oss (parser_formats.py)
-    text, calls = parser.extract_tool_calls(response_ids)     # calls: list[FunctionCall]
+    parser = ToolParser.get("hermes", tokenizer)    # also qwen3_coder, kimi (kimi_k2), gpt-oss (parser_formats.py)
+    text, calls = await parser.extract_tool_calls(response_ids, tools=schemas)   # calls: list[FunctionCall]
+
+A `FunctionCall` carries its arguments as the JSON text of an object (OpenAI's and verl's `arguments`;
+`call.arguments_dict()` decodes them) and the model's call id where the format has one (`tool_call_id`).
+`tools` (the active tools' `OpenAIFunctionToolSchema`s, optional) lets a format read values by their declared types.
 
 Parsers never raise on model output: a malformed call (bad JSON, no name, arguments not an object, an unclosed
 tag) is skipped and counted in `ParsedToolCalls.num_malformed`, which the agent loop reports as a metric.
@@ -20,18 +24,37 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class FunctionCall:
-    """One call the model asked for: the tool's name and its arguments (a JSON object)."""
+    """One call the model asked for: the tool's name, its arguments as JSON text, the model's id for the call."""
 
     name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: str = "{}"
+    tool_call_id: str | None = None
+
+    @classmethod
+    def of(cls, name: str, arguments: dict[str, Any], tool_call_id: str | None = None) -> FunctionCall:
+        """A call from decoded arguments."""
+        return cls(name, json.dumps(arguments, ensure_ascii=False), tool_call_id)
+
+    def arguments_dict(self) -> dict[str, Any]:
+        """The arguments decoded; a ValueError names the call when they are not the JSON text of an object."""
+        try:
+            arguments = json.loads(self.arguments)
+        except (json.JSONDecodeError, TypeError) as error:
+            raise ValueError(f"Invalid JSON in arguments for {self.name!r}: {error}") from error
+        if not isinstance(arguments, dict):
+            raise ValueError(f"Invalid JSON in arguments for {self.name!r}: {self.arguments!r} is not an object")
+        return arguments
 
 
 @dataclass
@@ -80,14 +103,26 @@ class ToolParser(ABC):
         return sorted(cls._registry)
 
     @abstractmethod
-    def parse(self, text: str) -> ParsedToolCalls:
+    def parse(self, text: str, tools: list[OpenAIFunctionToolSchema] | None = None) -> ParsedToolCalls:
         """Split decoded model text into plain text and function calls; never raises on bad model output."""
 
-    def extract_tool_calls(self, response_ids: list[int]) -> tuple[str, list[FunctionCall]]:
+    async def extract_tool_calls(
+        self, response_ids: list[int], tools: list[OpenAIFunctionToolSchema] | None = None
+    ) -> tuple[str, list[FunctionCall]]:
         """Decode a model turn's token ids and return (text without the calls, the well-formed calls)."""
         text = self.tokenizer.decode(response_ids, skip_special_tokens=not self.keep_special_tokens)
-        parsed = self.parse(text)
+        parsed = self.parse(text, tools)
         return parsed.text, parsed.calls
+
+
+def decode_arguments(arguments: Any) -> dict[str, Any] | None:
+    """Call arguments as a dict: an object, or the JSON text of one (OpenAI style); None when they are neither."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    return arguments if isinstance(arguments, dict) else None
 
 
 def to_function_call(payload: str) -> FunctionCall | None:
@@ -98,15 +133,8 @@ def to_function_call(payload: str) -> FunctionCall | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
-    arguments = obj.get("arguments", {})
-    if isinstance(arguments, str):  # OpenAI style: arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return None
-    if not isinstance(arguments, dict):
-        return None
-    return FunctionCall(name=obj["name"], arguments=arguments)
+    arguments = decode_arguments(obj.get("arguments", {}))
+    return None if arguments is None else FunctionCall.of(obj["name"], arguments)
 
 
 @ToolParser.register("hermes")
@@ -116,7 +144,7 @@ class HermesToolParser(ToolParser):
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
     _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
 
-    def parse(self, text: str) -> ParsedToolCalls:
+    def parse(self, text: str, tools: list[OpenAIFunctionToolSchema] | None = None) -> ParsedToolCalls:
         calls: list[FunctionCall] = []
         num_malformed = 0
         for payload in self._BLOCK.findall(text):

@@ -8,13 +8,16 @@
   `extra_info["tool_selection"]`); create one instance per active tool with the sample's
   `tools_kwargs[name]["create_kwargs"]`; start the sample's interaction (`interaction_kwargs["name"]`).
 - GENERATING: generate at most the remaining response budget; append the tokens with mask 1 and their log-probs;
-  end on `response_length` or `max_assistant_turns`; parse the tool calls with the `multi_turn.format` parser.
+  end on `response_length` or `max_assistant_turns`; parse the tool calls with the `multi_turn.format` parser
+  (given the tools' schemas) and keep the turn as an OpenAI assistant message (text, calls, the model's call ids).
 - PROCESSING_TOOLS: run the first `max_parallel_calls` calls concurrently (further ones are dropped and counted),
-  each cut off after its tool's `timeout`; a failure becomes "Error when executing tool: ..." in the conversation;
+  each cut off after its tool's `timeout`; a failure (also arguments that are not a JSON object) becomes
+  "Error when executing tool: ..." in the conversation; each tool message answers its call's `tool_call_id`;
   responses are cut to `max_tool_response_length` characters on `tool_response_truncate_side`, rendered by the
   chat template and appended with mask 0 (see `hyflow.agent.chat` for why this stays token-consistent).
-  A tool's images (`ToolResponse.image`, vision-language models) go in front of its text as image parts: their
-  pad tokens are expanded in the delta and their processor outputs join the episode's `multi_modal_inputs`
+  A tool's images and videos (`ToolResponse.image` / `.video`, vision-language models) go in front of its text as
+  image and video parts: their pad tokens are expanded in the delta and their processor outputs join the episode's
+  `multi_modal_inputs`
   (`hyflow.agent.vision`); a response that would overflow `response_length` keeps only its text.
 - INTERACTING: the interaction scores the answer (`turn_scores`) and may end the episode; else its reply becomes a
   user message (mask 0), up to `max_user_turns` replies.
@@ -35,9 +38,16 @@ from typing import Any
 
 from hyflow.agent.chat import encode_prompt, truncate_text
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
-from hyflow.agent.parsers import FunctionCall
-from hyflow.agent.tools.base import BaseTool, ToolResponse
-from hyflow.agent.vision import encode_prompt_with_images, expand_tool_images, tool_images, tool_message
+from hyflow.agent.parsers import FunctionCall, decode_arguments
+from hyflow.agent.tools.base import ToolResponse
+from hyflow.agent.tools.registry import Tool
+from hyflow.agent.vision import (
+    encode_prompt_with_images,
+    expand_tool_images,
+    tool_images,
+    tool_message,
+    tool_videos,
+)
 from hyflow.engine.config import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -53,7 +63,7 @@ class AgentState(enum.Enum):
     TERMINATED = "terminated"
 
 
-def select_tools(tools: dict[str, BaseTool], extra_info: dict[str, Any]) -> dict[str, BaseTool]:
+def select_tools(tools: dict[str, Tool], extra_info: dict[str, Any]) -> dict[str, Tool]:
     """The tools a sample may use: all, or those named in `extra_info["tool_selection"]`."""
     selection = extra_info.get("tool_selection")
     if selection is None:
@@ -67,6 +77,13 @@ def select_tools(tools: dict[str, BaseTool], extra_info: dict[str, Any]) -> dict
     return {name: tools[name] for name in selection}
 
 
+def answering(messages: list[dict[str, Any]], call_ids: list[str | None]) -> list[dict[str, Any]]:
+    """The tool messages with `tool_call_id` set to the id of the call each answers, where the call had one."""
+    return [
+        {**message, "tool_call_id": id_} if id_ is not None else message for message, id_ in zip(messages, call_ids)
+    ]
+
+
 @register_agent_loop("tool_agent")
 class ToolAgentLoop(AgentLoopBase):
     """Multi-turn episodes with tools and interactions (see the module docstring for the states)."""
@@ -75,6 +92,7 @@ class ToolAgentLoop(AgentLoopBase):
         extra_info = dict(kwargs.get("extra_info") or {})
         self.sampling_params = sampling_params
         self.tools = select_tools(self.context.tools, extra_info)
+        self.tool_schemas = [tool.tool_schema for tool in self.tools.values()]
         self.interaction_kwargs = dict(kwargs.get("interaction_kwargs") or extra_info.get("interaction_kwargs") or {})
         data = AgentData(
             request_id=kwargs["request_id"],
@@ -102,7 +120,7 @@ class ToolAgentLoop(AgentLoopBase):
 
     # ---- states ---------------------------------------------------------------------------------------------
     async def _pending(self, data: AgentData) -> AgentState:
-        schemas = [tool.tool_schema for tool in self.tools.values()]
+        schemas = [schema.model_dump(exclude_unset=True, exclude_none=True) for schema in self.tool_schemas]
         processor = self.context.processor
         if processor is None:
             data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas)
@@ -115,7 +133,7 @@ class ToolAgentLoop(AgentLoopBase):
             create_kwargs = dict(data.tools_kwargs.get(name, {}).get("create_kwargs", {}))
             if tool.takes_images:
                 create_kwargs.setdefault("image_data", prompt_images)
-            data.tool_instances[name] = await tool.create(**create_kwargs)
+            data.tool_instances[name], _ = await tool.create(**create_kwargs)
         if self.interaction_kwargs:
             await self._start_interaction(data)
         return AgentState.GENERATING
@@ -138,26 +156,55 @@ class ToolAgentLoop(AgentLoopBase):
         data.last_turn_ended_with_eos = ended_with_eos
         content_ids = output.token_ids[:-1] if ended_with_eos else output.token_ids
         content = self.tokenizer.decode(content_ids, skip_special_tokens=False)
-        data.messages.append({"role": "assistant", "content": content})
-        if output.finish_reason == "abort":
-            return self._end(data, "abort")
-        if output.finish_reason == "length" or len(data.response_ids) >= self.response_length:
-            return self._end(data, "length")  # the turn was cut (budget or the engine's max_model_len)
-        max_turns = self.context.multi_turn.max_assistant_turns
-        if max_turns is not None and data.assistant_turns >= max_turns:
-            return self._end(data, "max_turns")
-        parsed = self.context.tool_parser.parse(content)
+        ended = self._turn_end(data, output.finish_reason)
+        if ended is not None:
+            data.messages.append({"role": "assistant", "content": content})
+            return ended
+        parsed = self.context.tool_parser.parse(content, self.tool_schemas)
         data.metrics.num_malformed_tool_calls += parsed.num_malformed
         data.tool_calls = parsed.calls if self.tools else []
+        data.messages.append(self._build_assistant_message(parsed.text if data.tool_calls else content, data))
         if data.tool_calls:
             return AgentState.PROCESSING_TOOLS
         if data.interaction is not None:
             return AgentState.INTERACTING
         return self._end(data, "stop")
 
+    def _turn_end(self, data: AgentData, finish_reason: str) -> AgentState | None:
+        """TERMINATED when the turn just generated ends the episode (abort, length, turn limit), else None."""
+        if finish_reason == "abort":
+            return self._end(data, "abort")
+        if finish_reason == "length" or len(data.response_ids) >= self.response_length:
+            return self._end(data, "length")  # the turn was cut (budget or the engine's max_model_len)
+        max_turns = self.context.multi_turn.max_assistant_turns
+        if max_turns is not None and data.assistant_turns >= max_turns:
+            return self._end(data, "max_turns")
+        return None
+
+    @property
+    def max_parallel_calls(self) -> int:
+        """The calls of one turn that run (verl's attribute name)."""
+        return self.context.multi_turn.max_parallel_calls
+
+    def _build_assistant_message(self, content: str, data: AgentData) -> dict[str, Any]:
+        """The model's turn as an OpenAI chat message: its text and the calls that will run (at most
+        `max_parallel_calls`), arguments decoded, each with the model's call id when the format has one."""
+        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        if not data.tool_calls:
+            return message
+        message["tool_calls"] = []
+        for call in data.tool_calls[: self.max_parallel_calls]:
+            arguments = decode_arguments(call.arguments)  # a custom parser's broken JSON is shown as written
+            function = {"name": call.name, "arguments": call.arguments if arguments is None else arguments}
+            entry: dict[str, Any] = {"type": "function", "function": function}
+            if call.tool_call_id is not None:
+                entry["id"] = call.tool_call_id
+            message["tool_calls"].append(entry)
+        return message
+
     async def _processing_tools(self, data: AgentData) -> AgentState:
         multi_turn = self.context.multi_turn
-        calls = data.tool_calls[: multi_turn.max_parallel_calls]
+        calls = data.tool_calls[: self.max_parallel_calls]
         data.metrics.num_dropped_tool_calls += len(data.tool_calls) - len(calls)
         start = time.perf_counter()
         responses = await asyncio.gather(*(self._call_tool(data, call) for call in calls))
@@ -166,12 +213,15 @@ class ToolAgentLoop(AgentLoopBase):
         cut = multi_turn.max_tool_response_length
         texts = [truncate_text(r.text or "", cut, multi_turn.tool_response_truncate_side) for r in responses]
         images = [list(r.image or []) for r in responses]
-        messages, delta, inputs = self._tool_turn(data, texts, images)
+        videos = [list(r.video or []) for r in responses]
+        call_ids = [call.tool_call_id for call in calls]
+        messages, delta, inputs = self._tool_turn(data, texts, images, videos, call_ids)
         data.messages.extend(messages)
         data.tool_turns += 1
         data.append_context_tokens(delta)
         if inputs:
-            data.add_images([image for group in images for image in group], inputs)
+            flat_images = [image for group in images for image in group]
+            data.add_images(flat_images, inputs, [video for group in videos for video in group])
         if len(data.response_ids) >= self.response_length:
             return self._end(data, "length")
         return AgentState.GENERATING
@@ -194,18 +244,26 @@ class ToolAgentLoop(AgentLoopBase):
         return AgentState.GENERATING
 
     def _tool_turn(
-        self, data: AgentData, texts: list[str], images: list[list[Any]]
+        self,
+        data: AgentData,
+        texts: list[str],
+        images: list[list[Any]],
+        videos: list[list[Any]],
+        call_ids: list[str | None],
     ) -> tuple[list[dict[str, Any]], list[int], dict[str, Any]]:
-        """(messages, token delta, new images' processor outputs) of one tool turn; its images are dropped when
-        the delta would overflow the response budget (the episode ends there, a cut pad block could not train)."""
+        """(messages, token delta, new images' and videos' processor outputs) of one tool turn, each message
+        answering its call's id when the model gave one; its images and videos are dropped when the delta would
+        overflow the response budget (the episode ends there, a cut pad block could not train)."""
         encode = self.context.message_delta.encode
-        text_only = [tool_message(text, 0) for text in texts]
-        if not any(images):
+        text_only = answering([tool_message(text, 0) for text in texts], call_ids)
+        if not any(images) and not any(videos):
             return text_only, encode(text_only, data.last_turn_ended_with_eos), {}
-        messages = [tool_message(text, len(group)) for text, group in zip(texts, images)]
-        flat = [image for group in images for image in group]
+        messages = [tool_message(text, len(im), len(vi)) for text, im, vi in zip(texts, images, videos)]
+        messages = answering(messages, call_ids)
+        flat_images = [image for group in images for image in group]
+        flat_videos = [video for group in videos for video in group]
         delta, inputs = expand_tool_images(
-            self.context.processor, encode(messages, data.last_turn_ended_with_eos), flat
+            self.context.processor, encode(messages, data.last_turn_ended_with_eos), flat_images, flat_videos
         )
         if len(data.response_ids) + len(delta) > self.response_length:
             return text_only, encode(text_only, data.last_turn_ended_with_eos), {}
@@ -223,30 +281,35 @@ class ToolAgentLoop(AgentLoopBase):
         tool = self.tools.get(call.name)
         if tool is None:
             return self._failed(data, f"unknown tool {call.name!r}; available tools: {sorted(self.tools)}")
-        missing = tool.missing_arguments(call.arguments)
+        try:
+            arguments = call.arguments_dict()
+        except ValueError as error:
+            return self._failed(data, str(error))
+        missing = tool.missing_arguments(arguments)
         if missing:
             return self._failed(data, f"{call.name} is missing required arguments {missing}")
         execute_kwargs = data.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
         instance_id = data.tool_instances[call.name]
         try:
             response, reward, _ = await asyncio.wait_for(
-                tool.execute(instance_id, call.arguments, **execute_kwargs), tool.config.timeout
+                tool.execute(instance_id, arguments, **execute_kwargs), tool.timeout
             )
         except TimeoutError:
-            return self._failed(data, f"{call.name} timed out after {tool.config.timeout:g} seconds")
+            return self._failed(data, f"{call.name} timed out after {tool.timeout:g} seconds")
         except Exception as error:  # a tool's bug must not end the batch: the model sees the error instead
-            logger.warning("tool %s raised on arguments %s: %r", call.name, call.arguments, error)
+            logger.warning("tool %s raised on arguments %s: %r", call.name, arguments, error)
             return self._failed(data, str(error))
         data.tool_rewards.append(float(reward))
-        if response.video:
-            logger.warning("tool %s returned videos; tool responses carry text and images only: dropped", call.name)
-        if response.image and self.context.processor is None:
-            logger.warning("tool %s returned images, but the model has no processor (text only): dropped", call.name)
+        if (response.image or response.video) and self.context.processor is None:
+            logger.warning(
+                "tool %s returned images or videos, but the model has no processor (text only): dropped", call.name
+            )
             return ToolResponse(text=response.text)
         try:
-            return ToolResponse(text=response.text, image=tool_images(response.image, call.name))
+            image, video = tool_images(response.image, call.name), tool_videos(response.video, call.name)
         except ValueError as error:
             return self._failed(data, str(error))
+        return ToolResponse(text=response.text, image=image, video=video)
 
     @staticmethod
     def _failed(data: AgentData, reason: str) -> ToolResponse:

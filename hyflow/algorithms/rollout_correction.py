@@ -29,7 +29,14 @@ import torch
 
 from hyflow.algorithms.masked import masked_mean
 
-__all__ = ["RejectionRule", "correction_metrics", "parse_rejection_rules", "rejection_mask", "rollout_is_weights"]
+__all__ = [
+    "RejectionRule",
+    "correction_metrics",
+    "parse_rejection_rules",
+    "rejection_mask",
+    "rejection_statistic",
+    "rollout_is_weights",
+]
 
 LOG_RATIO_BOUND = 20.0  # exp(±20) ≈ 5e8 / 2e-9: the weights stay finite in fp32
 RS_OPTIONS = (
@@ -131,6 +138,21 @@ def _divergence(log_ratio: torch.Tensor, estimator: str) -> torch.Tensor:
     return torch.exp(log_ratio) - 1.0 - log_ratio  # k3
 
 
+def rejection_statistic(log_ratio: torch.Tensor, mask: torch.Tensor, option: str) -> torch.Tensor:
+    """What a rejection option bounds: its estimator (k1, k2, k3 of the bounded log r) per token (B, T) for
+    `token_*` options, or aggregated over each response's tokens (B, 1) by sum, mean or max (−inf for a
+    response without tokens)."""
+    where, _, estimator = option.rpartition("_")
+    value = _divergence(log_ratio, estimator) * mask
+    if where == "token":
+        return value
+    if where == "seq_sum":
+        return value.sum(dim=-1, keepdim=True)
+    if where == "seq_mean":
+        return value.sum(dim=-1, keepdim=True) / mask.sum(dim=-1, keepdim=True).clamp_min(1.0)
+    return value.masked_fill(~mask.bool(), float("-inf")).max(dim=-1, keepdim=True).values  # seq_max
+
+
 def rejection_mask(
     target_log_probs: torch.Tensor,
     behaviour_log_probs: torch.Tensor,
@@ -142,16 +164,8 @@ def rejection_mask(
     log_ratio = (target_log_probs - behaviour_log_probs).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND) * mask
     keep = mask.bool()
     for rule in rules:
-        where, _, estimator = rule.option.rpartition("_")
-        value = _divergence(log_ratio, estimator) * mask
-        if where != "token":
-            counts = mask.sum(dim=-1, keepdim=True)
-            if where == "seq_sum":
-                value = value.sum(dim=-1, keepdim=True)
-            elif where == "seq_mean":
-                value = value.sum(dim=-1, keepdim=True) / counts.clamp_min(1.0)
-            else:  # seq_max
-                value = value.masked_fill(~mask.bool(), float("-inf")).max(dim=-1, keepdim=True).values
+        estimator = rule.option.rpartition("_")[2]
+        value = rejection_statistic(log_ratio, mask, rule.option)
         if estimator == "k1":  # bounds on the ratio r = exp(−k1)
             ratio = torch.exp(-value)
             inside = (ratio >= rule.lower) & (ratio <= rule.upper)

@@ -100,6 +100,7 @@ class MultiTurnConfig:
     tool_response_truncate_side: Literal["left", "right", "middle"] = "middle"
     tool_config_path: str | None = None  # YAML listing BaseTool classes and their OpenAI function schemas
     interaction_config_path: str | None = None  # YAML listing BaseInteraction classes (simulated users)
+    function_tool_path: str | None = None  # Python file of @function_tool functions, added to the YAML's tools
 
 
 @dataclass

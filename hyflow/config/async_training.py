@@ -54,6 +54,17 @@ def check_async_training(config: PPOTrainerConfig) -> list[str]:
                 "trainer.placement='split' runs rollout and training in separate worker processes, which "
                 "trainer.backend='local' (one process) cannot. Fix: set trainer.backend=ray (or auto)."
             )
+        training, rollout_pool = (
+            trainer.nnodes * trainer.n_gpus_per_node,
+            trainer.rollout_nnodes * trainer.rollout_n_gpus_per_node,
+        )
+        if trainer.rollout_shares_devices and rollout_pool != training:
+            problems.append(
+                f"trainer.rollout_shares_devices=True places one rollout process beside each of the {training} "
+                f"training processes, but the rollout pool is trainer.rollout_nnodes × rollout_n_gpus_per_node = "
+                f"{rollout_pool}. Fix: set them to trainer.nnodes={trainer.nnodes} and "
+                f"trainer.n_gpus_per_node={trainer.n_gpus_per_node}."
+            )
         if rollout.tensor_model_parallel_size != 1:
             problems.append(
                 f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} with "
@@ -79,14 +90,30 @@ def check_async_training(config: PPOTrainerConfig) -> list[str]:
             "Fix: use async_training.mode=sync."
         )
     if rollout.multi_turn.enable:
-        problems.append(
-            f"async_training.mode={settings.mode!r} with actor_rollout_ref.rollout.multi_turn.enable=True is "
-            "not supported yet (agent loops run in this process against the rollout pool; a background generator "
-            "for them is future work). Fix: use async_training.mode=sync with trainer.placement=split."
-        )
+        problems += _agent_loop_problems(config)
     if settings.mode == "fully_async" and config.data.train_batch_size % settings.chunk_prompts:
         problems.append(
             f"async_training.chunk_prompts={settings.chunk_prompts} must divide data.train_batch_size="
             f"{config.data.train_batch_size} (a training batch is whole chunks). Fix: pick a divisor."
+        )
+    return problems
+
+
+def _agent_loop_problems(config: PPOTrainerConfig) -> list[str]:
+    """Agent loops (multi-turn) in an asynchronous mode: they run on the manager's background event loop, in
+    fully_async each prompt group a task of its own (hyflow.trainer.agent_groups), and weights may reach the engines
+    while their turns run."""
+    settings, rollout = config.async_training, config.actor_rollout_ref.rollout
+    problems = []
+    if settings.mode == "fully_async" and settings.chunk_prompts != 1:
+        problems.append(
+            f"async_training.chunk_prompts={settings.chunk_prompts} with multi-turn agent loops: every prompt group "
+            "is scheduled on its own, so chunks do not apply. Fix: leave async_training.chunk_prompts at 1."
+        )
+    if rollout.name != "hyflow":
+        problems.append(
+            f"actor_rollout_ref.rollout.name={rollout.name!r} with agent loops in async_training.mode="
+            f"{settings.mode!r}: new weights are loaded while turns run, which needs hyflow's engine (it pauses "
+            "them at a step boundary). Fix: set actor_rollout_ref.rollout.name=hyflow."
         )
     return problems

@@ -98,13 +98,14 @@ def _to_per_gpu(problems: list[str], key: str, global_size: int | None, per_gpu:
         return per_gpu
     if per_gpu is not None:
         problems.append(
-            f"{key}={global_size} and {key}_per_gpu={per_gpu} are both set; they say the same thing. "
+            f"You have set both {key}={global_size} and {key}_per_gpu={per_gpu}; they say the same thing. "
             f"Fix: keep only {key}_per_gpu (the size on each device)."
         )
         return per_gpu
     if global_size % dp:
+        at_least = f"must be >= n_gpus (the data-parallel size {dp}) and" if global_size < dp else "must be"
         problems.append(
-            f"{key}={global_size} must be a multiple of the data-parallel size {dp} (nnodes * n_gpus_per_node): "
+            f"{key}={global_size} {at_least} a multiple of the data-parallel size {dp} (nnodes * n_gpus_per_node): "
             f"it is split evenly over the devices. Fix: set {key}_per_gpu instead (the size on each device)."
         )
         return per_gpu
@@ -275,6 +276,12 @@ def _check_run(config: PPOTrainerConfig) -> list[str]:
         problems.append(
             f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide the number of "
             f"devices {dp} (trainer.nnodes * trainer.n_gpus_per_node). Fix: pick a divisor of {dp} (e.g. 1)."
+        )
+    elif trainer.nnodes > 1 and trainer.n_gpus_per_node % rollout.tensor_model_parallel_size:
+        problems.append(
+            f"{_ROLLOUT}.tensor_model_parallel_size={rollout.tensor_model_parallel_size} must divide "
+            f"trainer.n_gpus_per_node={trainer.n_gpus_per_node}, so that no engine spans two nodes (its all-reduces "
+            "run every layer). Fix: pick a divisor of trainer.n_gpus_per_node."
         )
     if rollout.multi_turn.enable and rollout.tensor_model_parallel_size > 1:
         problems.append(

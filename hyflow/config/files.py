@@ -132,6 +132,7 @@ def _file_problems(config: PPOTrainerConfig) -> list[str]:
         ("custom_reward_function.path", config.custom_reward_function.path),
         (f"{_ROLLOUT}.multi_turn.tool_config_path", rollout.multi_turn.tool_config_path),
         (f"{_ROLLOUT}.multi_turn.interaction_config_path", rollout.multi_turn.interaction_config_path),
+        (f"{_ROLLOUT}.multi_turn.function_tool_path", rollout.multi_turn.function_tool_path),
         (f"{_ROLLOUT}.agent.agent_loop_config_path", rollout.agent.agent_loop_config_path),
         *(
             (f"reward_model.reward_functions[{i}].path", function.path)

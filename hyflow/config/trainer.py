@@ -46,7 +46,7 @@ class TrainerConfig:
     test_freq: int = -1  # validate every N steps; -1: never during training
     save_freq: int = -1  # checkpoint every N steps and after the last one; -1: no checkpoints (as verl)
     critic_warmup: int = 0  # steps that train only the critic
-    balance_batch: bool = True  # reorder the batch so every rank gets a similar token count
+    balance_batch: bool = True  # reorder the batch so every rank (at generation: engine) gets a similar token count
     default_local_dir: str | None = derived()  # None: checkpoints/{project_name}/{experiment_name}
     resume_mode: Literal["auto", "disable", "resume_path"] = "auto"
     resume_from_path: str | None = None
@@ -64,6 +64,9 @@ class TrainerConfig:
     placement: Literal["colocated", "split"] = "colocated"
     rollout_nnodes: int = 1  # split placement: nodes of the rollout pool
     rollout_n_gpus_per_node: int = 1  # split placement: rollout processes per node (devices, or CPU processes)
+    # split placement: the rollout processes run on the training pool's devices, one beside each training process
+    # (e.g. both pools on one GPU), instead of devices of their own; the rollout pool then has the training size
+    rollout_shares_devices: bool = False
 
     def __post_init__(self) -> None:
         if self.default_local_dir is None:

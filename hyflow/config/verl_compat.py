@@ -179,7 +179,6 @@ UNSUPPORTED: dict[str, str] = {
     "actor_rollout_ref.rollout.skip_dump_dir": "replaying rollouts from a dump",
     "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template": "re-rendering multi-turn history with "
     "the inference chat template",
-    "actor_rollout_ref.rollout.multi_turn.function_tool_path": "function tools loaded from a Python file",
     "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts": "repeated multi-turn rollouts",
     "actor_rollout_ref.rollout.agent.custom_async_server": "custom asynchronous rollout servers",
     "actor_rollout_ref.rollout.trace": "rollout tracing backends (weave, mlflow)",

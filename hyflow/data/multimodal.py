@@ -165,54 +165,52 @@ def mrope_position_ids(
     spatial_merge_size: int,
     video_grid_thw: torch.Tensor | None = None,
     video_token_id: int | None = None,
+    video_time_steps: list[float] | None = None,
 ) -> torch.Tensor:
-    """Qwen2-VL's multimodal rotary positions (3, T) of one row (T tokens, any padding side).
+    """Qwen2-VL's multimodal rotary positions (3, T) of one row (T tokens, any padding side): the engine's
+    `mrope_positions` (hyflow/engine/models/mrope.py, the one owner of the formula) over the row's real tokens,
+    0 at padding.
 
     Text tokens count up on all three rows alike. The k-th image's (or video's) block of t·(h/m)·(w/m) pad tokens
-    (grid t, h, w of patches, merge size m) gets (start + t_i, start + h_i, start + w_i) for each merged patch in
-    raster order (temporal patches outermost), where start is the position after the preceding text; the text
-    after the block resumes at start + max(h, w)/m, whatever t is (as transformers' `get_rope_index` computes it, so
-    training and `transformers.generate` agree; for an image that is 1 + the block's largest position). Padding
-    positions are 0.
+    (grid t, h, w of patches, merge size m) gets (start + ⌊t_i·step⌋, start + h_i, start + w_i) for each merged
+    patch in raster order (temporal patches outermost), where start is the position after the preceding text and
+    step is 1 except for Qwen2.5-VL's videos (`video_time_steps`: tokens_per_second · second_per_grid_ts per
+    video); the text after the block resumes at start + max(h, w)/m, whatever t is (as transformers'
+    `get_rope_index` computes it, so training and `transformers.generate` agree).
     """
+    from hyflow.engine.models.mrope import mrope_positions  # here: the engine package takes a while to import
+
     positions = torch.zeros(3, input_ids.shape[0], dtype=torch.long)
     real = attention_mask.bool()
-    ids = input_ids[real].tolist()
-    grids = {image_token_id: iter([] if image_grid_thw is None else image_grid_thw.tolist())}
+    grids = {image_token_id: [] if image_grid_thw is None else [tuple(g) for g in image_grid_thw.tolist()]}
+    time_steps = {}
     if video_token_id is not None:
-        grids[video_token_id] = iter([] if video_grid_thw is None else video_grid_thw.tolist())
-    out: list[torch.Tensor] = []
-    next_pos, i = 0, 0
-    while i < len(ids):
-        if ids[i] not in grids:
-            j = i
-            while j < len(ids) and ids[j] not in grids:
-                j += 1
-            out.append(torch.arange(next_pos, next_pos + j - i).expand(3, -1))
-            next_pos += j - i
-            i = j
-            continue
-        t, h, w = next(grids[ids[i]])
-        h, w = h // spatial_merge_size, w // spatial_merge_size
-        grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
-        out.append(grid.reshape(3, -1) + next_pos)
-        next_pos += max(h, w)
-        i += t * h * w
-    if out:
-        positions[:, real] = torch.cat(out, dim=1)
+        grids[video_token_id] = [] if video_grid_thw is None else [tuple(g) for g in video_grid_thw.tolist()]
+        time_steps[video_token_id] = video_time_steps
+    if real.any():
+        positions[:, real] = mrope_positions(input_ids[real].tolist(), grids, spatial_merge_size, time_steps)[0]
     return positions
 
 
 def row_position_ids(
     processor: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, multi_modal_inputs: dict[str, Any]
 ) -> torch.Tensor:
-    """`mrope_position_ids` of one row with the processor's token ids and its images' and videos' grids."""
+    """`mrope_position_ids` of one row with the processor's token ids, its images' and videos' grids and (for
+    Qwen2.5-VL) its videos' time steps, tokens_per_second · second_per_grid_ts."""
+    from hyflow.engine.models.mrope import video_time_steps
+    from hyflow.models.processor import video_tokens_per_second
+
+    time_steps, video_grid_thw = None, multi_modal_inputs.get("video_grid_thw")
+    if video_grid_thw is not None:
+        seconds = multi_modal_inputs.get("second_per_grid_ts")
+        time_steps = video_time_steps(video_tokens_per_second(processor), seconds, video_grid_thw.shape[0])
     return mrope_position_ids(
         input_ids,
         attention_mask,
         multi_modal_inputs.get("image_grid_thw"),
         processor.image_token_id,
         merge_size(processor),
-        multi_modal_inputs.get("video_grid_thw"),
+        video_grid_thw,
         getattr(processor, "video_token_id", None),
+        time_steps,
     )

@@ -141,7 +141,11 @@ class BlockManager:
     def reserve_slots(self, seq: Sequence, num_steps: int) -> None:
         """Before a decode window: blocks for the K/V of every token the window feeds (see `num_blocks_to_reserve`).
         Their hashes are registered after the window, once the tokens are known (`register_filled_blocks`)."""
-        for _ in range(self.num_blocks_to_reserve(seq, num_steps)):
+        self.append_blocks(seq, self.num_blocks_to_reserve(seq, num_steps))
+
+    def append_blocks(self, seq: Sequence, count: int) -> None:
+        """Gives a running sequence `count` free blocks at the end of its table (no free-block check)."""
+        for _ in range(count):
             seq.block_table.append(self._take_free_block().block_id)
 
     def register_filled_blocks(self, seq: Sequence, start: int) -> None:

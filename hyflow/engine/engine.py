@@ -43,11 +43,11 @@ from hyflow.engine.kv_cache import num_blocks_for_memory
 from hyflow.engine.model_runner import ModelRunner
 from hyflow.engine.models import load_model, load_vision
 from hyflow.engine.models.vision import load_weights
-from hyflow.engine.multimodal import PromptImages, prompt_images
+from hyflow.engine.multimodal import PromptImages, VisionSpec, prompt_images
 from hyflow.engine.parallel import TensorParallel
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
-from hyflow.engine.stopping import eos_token_ids, finish_reason
+from hyflow.engine.stopping import eos_token_ids, finish_reason, stop_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +130,10 @@ class LLMEngine:
             return None
         if self.vision is None:
             raise ValueError(
-                f"request {request_id!r} carries images (multi_modal_inputs), but the engine's model "
+                f"request {request_id!r} carries images or videos (multi_modal_inputs), but the engine's model "
                 f"{getattr(self.hf_config, 'architectures', None)} has no vision tower; load a vision-language model"
             )
-        image_token_id = self.hf_config.image_token_id
-        return prompt_images(prompt, inputs, image_token_id, self.vision.merge_size, request_id)
+        return prompt_images(prompt, inputs, VisionSpec.from_hf_config(self.hf_config), request_id)
 
     def add_request(
         self,
@@ -144,8 +143,9 @@ class LLMEngine:
         multi_modal_inputs: dict[str, Any] | None = None,
     ) -> str:
         """Queues one request (its `n` samples share the prompt's cache blocks); returns its id.
-        `multi_modal_inputs`: the processor's `pixel_values` and `image_grid_thw` of an image prompt, whose
-        `prompt_token_ids` hold each image's pad tokens expanded (as the processor returns them)."""
+        `multi_modal_inputs`: the processor's `pixel_values` and `image_grid_thw` of an image prompt (for videos
+        `pixel_values_videos`, `video_grid_thw` and, Qwen2.5-VL, `second_per_grid_ts`), whose `prompt_token_ids`
+        hold each image's (video's) pad tokens expanded (as the processor returns them)."""
         if params is None:
             params = SamplingParams()
         elif isinstance(params, dict):
@@ -158,7 +158,9 @@ class LLMEngine:
         base_seed = params.seed if params.seed is not None else self._seed_source.getrandbits(32)
         seeds = [hash((base_seed, i)) & 0xFFFFFFFF for i in range(params.n)]
         seqs = [Sequence(request_id, prompt, params, seed, i, images) for i, seed in enumerate(seeds)]
+        stop_ids = stop_token_ids(params, self.eos_token_ids)  # fixed for the request's life
         for seq in seqs:
+            seq.stop_token_ids = stop_ids
             self.scheduler.add(seq)
         self.requests[request_id] = (prompt, seqs)
         return request_id
@@ -197,27 +199,37 @@ class LLMEngine:
 
     def _take_outputs(self, batch: ScheduledBatch, outputs: HostOutputs) -> list[RequestOutput]:
         """Appends a step's or window's tokens to its running sequences (skipping those that ended meanwhile);
-        returns the requests that finished."""
+        returns the requests that finished. It runs once per row and window (at 1024 rows the host's largest
+        cost), so a row without stop strings or top alternatives takes its tokens in one bulk append."""
         tokens, log_probs, raw, top = outputs
-        finished: list[RequestOutput] = []
+        counts = batch.step_counts if batch.is_window else None
+        block_size, finished = self.block_manager.block_size, []
         for i, seq in enumerate(batch.seqs):
-            if seq.status != SequenceStatus.RUNNING:  # stopped in the window before, or aborted
+            if seq.status is not SequenceStatus.RUNNING:  # stopped in the window before, or aborted
                 continue
-            start = seq.num_computed_tokens
-            count = batch.step_counts[i] if batch.is_window else 1
-            row_top = None
-            if top is not None and seq.params.top_log_probs:
-                k = seq.params.top_log_probs
-                row_top = [dict(zip(ids[:k], lps[:k])) for ids, lps in zip(top[0][i][:count], top[1][i][:count])]
-            reason = self._append_tokens(seq, tokens[i][:count], log_probs[i], None if raw is None else raw[i], row_top)
-            if batch.is_window:
+            start, row = seq.num_computed_tokens, tokens[i]
+            if counts is not None and counts[i] < len(row):
+                row = row[: counts[i]]
+            row_raw = raw[i] if raw is not None and seq.params.raw_log_probs else None
+            if seq.params.stop or (top is not None and seq.params.top_log_probs):
+                row_top = None if top is None else self._row_top(seq, top[0][i], top[1][i], len(row))
+                reason = self._append_tokens(seq, row, log_probs[i], row_raw, row_top)
+            else:
+                reason = self._append_token_run(seq, row, log_probs[i], row_raw, None)
+            if counts is not None and seq.num_computed_tokens // block_size > start // block_size:
                 self.block_manager.register_filled_blocks(seq, start)
             if reason is None:
                 continue
             self.scheduler.finish(seq, reason)
-            if all(s.status == SequenceStatus.FINISHED for s in self.requests[seq.request_id][1]):
+            if all(s.status is SequenceStatus.FINISHED for s in self.requests[seq.request_id][1]):
                 finished.append(self._pop_output(seq.request_id))
         return finished
+
+    @staticmethod
+    def _row_top(seq: Sequence, ids: list, lps: list, count: int) -> list[dict[int, float]] | None:
+        """A row's top alternatives per token, cut to the row's own k (None when it asked for none)."""
+        k = seq.params.top_log_probs
+        return [dict(zip(i[:k], lp[:k])) for i, lp in zip(ids[:count], lps[:count])] if k else None
 
     def _append_tokens(
         self,
@@ -227,14 +239,15 @@ class LLMEngine:
         raw: list[float] | None,
         top: list[dict[int, float]] | None = None,
     ) -> FinishReason | None:
-        """Appends sampled tokens in order until one ends the sequence; returns why it ended, or None."""
-        keep_raw = raw is not None and seq.params.raw_log_probs
+        """Appends sampled tokens in order until one ends the sequence; returns why it ended, or None (`raw`: only
+        where the sequence keeps raw log-probs)."""
         if not seq.params.stop:  # no stop strings: every check is on token ids and counts, so take them at once
-            return self._append_token_run(seq, tokens, log_probs, raw if keep_raw else None, top)
+            return self._append_token_run(seq, tokens, log_probs, raw, top)
         for k, token in enumerate(tokens):
             seq.num_computed_tokens = seq.num_tokens  # every token before the new one has its K/V cached
             top_k = None if top is None else top[k]
-            seq.append(token, log_probs[k], raw[k] if keep_raw else None, top_k, policy_version=self.policy_version)
+            raw_k = None if raw is None else raw[k]
+            seq.append(token, log_probs[k], raw_k, top_k, policy_version=self.policy_version)
             reason = finish_reason(seq, self.eos_token_ids, self.config.max_model_len, self.tokenizer)
             if reason is not None:
                 return reason
@@ -249,17 +262,22 @@ class LLMEngine:
         top: list[dict[int, float]] | None,
     ) -> FinishReason | None:
         """`_append_tokens` without stop strings, in bulk: the tokens up to the first stop id or the length limit
-        (at least one), with the reason the per-token checks would give ("stop" before "length" on one token)."""
-        params = seq.params
-        stop_ids = params.stop_token_ids if params.ignore_eos else self.eos_token_ids | set(params.stop_token_ids)
-        budget = max(1, min(params.max_tokens - seq.num_output_tokens, self.config.max_model_len - seq.num_tokens))
-        take = min(len(tokens), budget)
-        stop_at = next((k for k, token in enumerate(tokens[:take]) if token in stop_ids), None) if stop_ids else None
-        if stop_at is not None:
-            take = stop_at + 1
+        (at least one), with the reason the per-token checks would give ("stop" before "length" on one token).
+        `log_probs` and `raw` may run past `tokens` (a window's full row): only the taken ones are appended."""
+        budget = max(1, min(seq.params.max_tokens - seq.num_output_tokens, self.config.max_model_len - seq.num_tokens))
+        take = len(tokens) if len(tokens) < budget else budget
+        stop_ids, stop_at = seq.stop_token_ids, None
+        if stop_ids and not stop_ids.isdisjoint(tokens):  # a C-level test per row; the scan only on a hit
+            stop_at = next((k for k, token in enumerate(tokens[:take]) if token in stop_ids), None)
+            if stop_at is not None:
+                take = stop_at + 1
+        if take < len(tokens):
+            tokens = tokens[:take]
+        if take < len(log_probs):
+            log_probs = log_probs[:take]
         seq.extend(
-            tokens[:take],
-            log_probs[:take],
+            tokens,
+            log_probs,
             None if raw is None else raw[:take],
             None if top is None else top[:take],
             policy_version=self.policy_version,

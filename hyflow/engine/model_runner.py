@@ -95,28 +95,33 @@ def _prepare_decode(
     max_blocks: int,
     device: torch.device,
     pending: list[int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+) -> tuple[torch.Tensor | None, torch.Tensor, AttentionMetadata]:
     """`prepare_inputs` when every sequence brings exactly one new token (its last sampled one). With `pending`
     (a window queued behind another), sequence i's token is `pending[i]` positions further on and not on the host
-    yet: the returned input ids are placeholders for the caller to replace."""
-    input_ids, positions, slots, tables = [], [], [], []
-    padding = [pad_block] * max_blocks
-    for i, seq in enumerate(seqs):
-        last, table = seq.num_tokens - 1, seq.block_table
-        input_ids.append(seq.token_ids[last])
-        if pending is not None:
-            last += pending[i]
-        positions.append(last)
-        slots.append(table[last // block_size] * block_size + last % block_size)
-        tables += table
-        tables += padding[len(table) :]
+    yet: the input ids are None (the caller has them on the device). The host sends the ids, positions and padded
+    block tables in one copy; the cache slots are made on the device, with no per-row arithmetic on the host:
+        slot[b] = block_tables[b, pos[b] // block_size] * block_size + pos[b] % block_size
+    """
     num_seqs = len(seqs)
-    flat = _to_device(input_ids + positions + slots + tables, torch.long, device)
-    ids_t, positions_t, slots_t, tables_t = flat.split([num_seqs, num_seqs, num_seqs, num_seqs * max_blocks])
+    if pending is None:
+        input_ids = [seq.token_ids[-1] for seq in seqs]
+        positions = [seq.num_tokens - 1 for seq in seqs]
+    else:
+        input_ids, positions = [], [seq.num_tokens - 1 + ahead for seq, ahead in zip(seqs, pending)]
+    tables, padding = [], [pad_block] * max_blocks
+    for seq in seqs:
+        table = seq.block_table
+        tables += table
+        if len(table) < max_blocks:
+            tables += padding[len(table) :]
+    flat = _to_device(input_ids + positions + tables, torch.long, device)
+    ids_t = flat[:num_seqs] if pending is None else None
+    positions_t = flat[len(input_ids) : len(input_ids) + num_seqs]
+    tables_t = flat[len(input_ids) + num_seqs :].view(num_seqs, max_blocks)
     rows = torch.arange(num_seqs, device=device)
     meta = AttentionMetadata(
-        slot_mapping=slots_t,
-        block_tables=tables_t.view(num_seqs, max_blocks),
+        slot_mapping=tables_t[rows, positions_t // block_size] * block_size + positions_t % block_size,
+        block_tables=tables_t,
         query_index=rows[:, None],
         query_positions=positions_t[:, None],
         token_index=rows,
@@ -240,11 +245,10 @@ class ModelRunner:
         if after is None:
             input_ids, positions, meta = prepare_inputs(seqs, self.block_size, scratch, self.device)
             assert meta.query_index.shape[1] == 1, "a decode window needs one new token per sequence"
-        else:
+        else:  # behind `after`: its last tokens (on the device) are the inputs, `pending` positions further on
             max_blocks = max(len(seq.block_table) for seq in seqs)
             _, positions, meta = _prepare_decode(seqs, self.block_size, scratch, max_blocks, self.device, batch.pending)
-            row_of = {seq.seq_id: row for row, seq in enumerate(after.batch.seqs)}
-            input_ids = after.last_tokens[_to_device([row_of[seq.seq_id] for seq in seqs], torch.long, self.device)]
+            input_ids = self._rows_of(after, seqs)
         sampling = self._sampling_for_window(seqs, batch.pending)
         steps_left = _to_device([count - 1 for count in batch.step_counts], torch.long, self.device)
         # The window graphs record no top alternatives: a window that asks for them runs eagerly.
@@ -257,6 +261,14 @@ class ModelRunner:
             for _ in range(num_steps):
                 decode_step(self.forward, state, step_meta, self.block_size, scratch * self.block_size)
         return send_outputs(state, batch)
+
+    def _rows_of(self, after: LaunchedBatch, seqs: list[Sequence]) -> torch.Tensor:
+        """`after`'s last tokens (B,) of `seqs`, which are `after`'s rows in order, some maybe left out; a copy,
+        which the window advances in place."""
+        if len(seqs) == len(after.batch.seqs):  # none left out: the same rows
+            return after.last_tokens.clone()
+        row_of = {seq.seq_id: row for row, seq in enumerate(after.batch.seqs)}
+        return after.last_tokens[_to_device([row_of[seq.seq_id] for seq in seqs], torch.long, self.device)]
 
     def _sampling_for_window(self, seqs: list[Sequence], pending: list[int] | None) -> SamplingTensors:
         """A window's sampling settings. The per-row constants (temperature, top-k, top-p, seed) are built and sent

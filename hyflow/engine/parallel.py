@@ -22,11 +22,17 @@ The norms are replicated, so every rank ends a step with the same logits and sam
 KV heads: with Hkv divisible by the TP size each rank holds Hkv / tp of them; with fewer KV heads than ranks
 (tp divisible by Hkv) each KV head is replicated on tp / Hkv ranks, each rank holding the one its queries read.
 Shapes: H query heads, Hkv KV heads, G = H / Hkv query heads per KV head, I the MLP's intermediate size.
+
+Which part of a full Hugging Face tensor a TP rank holds is a `TensorSlice` (one range along one dimension);
+the weight sync sends each rank only its slices (hyflow.workers.weight_sync). Data-parallel rollout places
+`world / tp` engines on a worker group (`EnginePlacement`): engine e on the consecutive ranks e·tp .. e·tp + tp − 1,
+one engine per device when tp is 1.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +43,61 @@ logger = logging.getLogger(__name__)
 
 _KEY = "tensor_model_parallel_size"
 # torch 2.13 renamed all_gather_into_tensor (deprecated there) to all_gather_single; same arguments.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    """How the `world_size` ranks of a worker group form engines of `tp_size` ranks each: engine e runs on the
+    consecutive ranks e·tp .. e·tp + tp − 1 (one engine per device when tp is 1, one per TP group otherwise; the
+    config check keeps a TP group within one node)."""
+
+    world_size: int
+    tp_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tp_size < 1 or self.world_size % self.tp_size:
+            raise ValueError(
+                f"{_KEY}={self.tp_size} must divide the number of ranks {self.world_size}; pick one of "
+                f"{_divisors(self.world_size)}"
+            )
+
+    @property
+    def num_engines(self) -> int:
+        return self.world_size // self.tp_size
+
+    def engine_of(self, rank: int) -> int:
+        return rank // self.tp_size
+
+    def tp_rank_of(self, rank: int) -> int:
+        return rank % self.tp_size
+
+    def ranks_of(self, engine: int) -> list[int]:
+        return list(range(engine * self.tp_size, (engine + 1) * self.tp_size))
+
+
+@dataclass(frozen=True)
+class TensorSlice:
+    """The part of a full tensor that one TP rank holds: `length` indices from `start` along `dim`, of `full`."""
+
+    dim: int
+    start: int
+    length: int
+    full: int
+
+    def take(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This slice of a full tensor (a view)."""
+        return tensor.narrow(self.dim, self.start, self.length)
+
+    def shape(self, full_shape: Sequence[int]) -> tuple[int, ...]:
+        """The shape of this slice of a tensor of `full_shape`."""
+        shape = list(full_shape)
+        shape[self.dim] = self.length
+        return tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -83,15 +139,12 @@ class TensorParallel:
                 f"(torchrun, or a hyflow worker group) or set {_KEY}=1"
             )
         world, rank = dist.get_world_size(), dist.get_rank()
-        if world % size:
-            raise ValueError(
-                f"{_KEY}={size} must divide the number of processes {world}; pick one of {_divisors(world)}"
-            )
+        placement = EnginePlacement(world, size)  # ValueError when size does not divide the world
         if size == world:
             return cls.from_group(dist.group.WORLD)
         mine = None
-        for start in range(0, world, size):
-            ranks = list(range(start, start + size))
+        for engine in range(placement.num_engines):
+            ranks = placement.ranks_of(engine)
             group = dist.new_group(ranks)  # every rank creates every group, in the same order
             if rank in ranks:
                 mine = group
@@ -109,7 +162,7 @@ class TensorParallel:
         if self.size == 1:
             return x
         out = torch.empty(self.size * x.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
-        _all_gather_single(out, x.contiguous(), group=self.group)  # (size * B, N): rank r's rows r*B..
+        all_gather_single(out, x.contiguous(), group=self.group)  # (size * B, N): rank r's rows r*B..
         return out.view(self.size, *x.shape).transpose(0, 1).flatten(1)
 
     def min(self, value: int, device: torch.device) -> int:

@@ -56,6 +56,7 @@ class Sequence:
         self.top_log_probs: list[dict[int, float]] = []  # per output token, when params.top_log_probs
         self.policy_versions: list[int] = []  # per output token: the weights' version that sampled it
         self.images = images  # the prompt's images (multimodal.py), None for a text prompt
+        self.stop_token_ids: frozenset[int] = frozenset()  # EOS and stop ids that end it (the engine sets them)
 
     def __len__(self) -> int:
         return self.num_tokens

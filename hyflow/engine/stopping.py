@@ -7,6 +7,7 @@ from typing import Any
 
 from torch import nn
 
+from hyflow.engine.config import SamplingParams
 from hyflow.engine.sequence import FinishReason, Sequence
 
 
@@ -26,6 +27,12 @@ def eos_token_ids(model: str | nn.Module, hf_config: Any, tokenizer: Any) -> set
         eos = getattr(source, "eos_token_id", None)
         ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     return ids
+
+
+def stop_token_ids(params: SamplingParams, eos_ids: set[int]) -> frozenset[int]:
+    """The token ids that end a sequence sampled with `params`: its stop tokens, and the EOS ids unless `ignore_eos`
+    (what `finish_reason` checks, as one set a window's rows test at once)."""
+    return frozenset(params.stop_token_ids) if params.ignore_eos else frozenset(eos_ids).union(params.stop_token_ids)
 
 
 def finish_reason(seq: Sequence, eos_ids: set[int], max_model_len: int, tokenizer: Any) -> FinishReason | None:

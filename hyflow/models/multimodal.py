@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw")
+# second_per_grid_ts (num_videos,): Qwen2.5-VL's seconds per temporal patch, which `generate` reads for the positions.
+VISION_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
 
 
 def is_vision_language(config: Any) -> bool:
@@ -119,19 +120,29 @@ def batch_vision_inputs(rows: list[dict[str, torch.Tensor]] | None, device: torc
     return vision
 
 
-# Families whose video positions hyflow's M-RoPE index (hyflow.data.multimodal) computes: Qwen2-VL counts temporal
-# patches; Qwen2.5-VL scales them by tokens_per_second · seconds per patch, which the data path does not know.
-VIDEO_FAMILIES = ("qwen2_vl",)
+# Families whose video positions hyflow's M-RoPE index (hyflow/engine/models/mrope.py) computes: Qwen2-VL counts
+# temporal patches; Qwen2.5-VL spaces them by time, tokens_per_second · second_per_grid_ts (its processor outputs).
+VIDEO_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+TIME_SCALED_FAMILIES = ("qwen2_5_vl",)
 
 
 def check_videos_supported(config: Any, vision: dict[str, torch.Tensor]) -> None:
-    """ValueError when a batch has videos for a model family whose video positions hyflow does not compute."""
+    """ValueError when a batch has videos for a model family whose video positions hyflow does not compute, or
+    Qwen2.5-VL videos without `second_per_grid_ts` (their positions would not be the model's)."""
+    if "pixel_values_videos" not in vision:
+        return
     model_type = getattr(config, "model_type", None)
-    if "pixel_values_videos" in vision and model_type not in VIDEO_FAMILIES:
+    if model_type not in VIDEO_FAMILIES:
         raise ValueError(
             f"the batch has videos, but hyflow computes video M-RoPE positions for {list(VIDEO_FAMILIES)} only, not "
-            f"model_type={model_type!r} (Qwen2.5-VL scales them by time); train videos with a Qwen2-VL model or drop "
-            "the data's videos column (data.video_key)."
+            f"model_type={model_type!r}; train videos with a Qwen2-VL / Qwen2.5-VL model or drop the data's "
+            "videos column (data.video_key)."
+        )
+    if model_type in TIME_SCALED_FAMILIES and "second_per_grid_ts" not in vision:
+        raise ValueError(
+            f"the batch has videos for model_type={model_type!r} but no second_per_grid_ts (seconds per temporal "
+            "patch), which its video positions are scaled by; load the processor with "
+            "hyflow.models.processor.load_processor(model_path), which makes the data carry it."
         )
 
 

@@ -7,6 +7,10 @@
 `Qwen2VLProcessor` cannot even be built (its constructor checks the video processor's class); for the Qwen2-VL
 family hyflow then builds `image_text_processor_class()`, the same processor without videos, from the folder's image
 processor, tokenizer and chat template, so image-only training runs on a plain CPU install.
+
+For Qwen2.5-VL, whose M-RoPE spaces a video's temporal positions by time, `load_processor` records the model's
+`vision_config.tokens_per_second` on the processor (`video_tokens_per_second(processor)`), so the data path computes
+the positions the model does from the same object that makes the video inputs.
 """
 
 from __future__ import annotations
@@ -73,6 +77,25 @@ def _model_type(path: str) -> str | None:
         return json.load(f).get("model_type")
 
 
+TOKENS_PER_SECOND = "video_tokens_per_second"  # the attribute load_processor sets (not saved with the processor)
+
+
+def video_tokens_per_second(processor: Any) -> float | None:
+    """Temporal positions per second of video of the processor's model (Qwen2.5-VL's
+    `vision_config.tokens_per_second`); None where video positions count temporal patches (Qwen2-VL) or the
+    processor was not made by `load_processor`."""
+    return getattr(processor, TOKENS_PER_SECOND, None)
+
+
+def _tokens_per_second(path: str) -> float | None:
+    """A Qwen2.5-VL folder's `vision_config.tokens_per_second` (transformers' default where the file has none)."""
+    if _model_type(path) != "qwen2_5_vl":
+        return None
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(path).vision_config.tokens_per_second
+
+
 def _chat_template(path: str) -> str | None:
     template_file = os.path.join(path, "chat_template.jinja")
     if os.path.isfile(template_file):
@@ -99,10 +122,13 @@ def load_processor(
     model_type = _model_type(path)
     has_video_processor = os.path.isfile(os.path.join(path, "video_preprocessor_config.json"))
     if model_type not in QWEN2_VL_FAMILY or (is_torchvision_available() and has_video_processor):
-        return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **size_kwargs)
-    # transformers' video processors need torchvision and their own config file; without either, the image
-    # processor serves images (and hyflow's video frames, hyflow/data/video.py).
-    logger.info("no torchvision or no video processor config: loading %s's image processor and tokenizer", path)
-    image_processor = AutoImageProcessor.from_pretrained(path, **size_kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return image_text_processor_class()(image_processor, tokenizer, chat_template=_chat_template(path))
+        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **size_kwargs)
+    else:
+        # transformers' video processors need torchvision and their own config file; without either, the image
+        # processor serves images (and hyflow's video frames, hyflow/data/video.py).
+        logger.info("no torchvision or no video processor config: loading %s's image processor and tokenizer", path)
+        image_processor = AutoImageProcessor.from_pretrained(path, **size_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        processor = image_text_processor_class()(image_processor, tokenizer, chat_template=_chat_template(path))
+    setattr(processor, TOKENS_PER_SECOND, _tokens_per_second(path))
+    return processor

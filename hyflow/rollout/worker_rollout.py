@@ -40,7 +40,8 @@ from hyflow import fields as F
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.engine import LLMEngine
-from hyflow.engine.models import is_supported
+from hyflow.engine.models import is_supported, tp_weight_slices
+from hyflow.engine.parallel import TensorSlice
 from hyflow.engine.sequence import CompletionOutput, RequestOutput
 from hyflow.protocol import DataProto
 from hyflow.rollout.batch import pack_responses, unpadded_prompts
@@ -128,8 +129,13 @@ def hf_weight_names(weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tup
                 f"weight {name!r} is an unmerged LoRA adapter; merge the adapters into the base "
                 "weights (peft merge) before loading them into the rollout"
             )
-        name = name.removeprefix("base_model.model.").replace("_orig_mod.", "").replace("_fsdp_wrapped_module.", "")
-        yield name.replace(".base_layer.", "."), tensor
+        yield hf_weight_name(name), tensor
+
+
+def hf_weight_name(name: str) -> str:
+    """One name of `hf_weight_names`."""
+    name = name.removeprefix("base_model.model.").replace("_orig_mod.", "").replace("_fsdp_wrapped_module.", "")
+    return name.replace(".base_layer.", ".")
 
 
 class EngineRollout:
@@ -242,6 +248,11 @@ class EngineRollout:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], policy_version: int | None = None) -> int:
         """Loads weights while no request runs in the async step loop (else use `update_weights_in_flight`)."""
         return self.engine.load_weights(hf_weight_names(weights), policy_version)
+
+    def tp_weight_slices(self, name: str) -> list[TensorSlice | None] | None:
+        """The slice of HF weight `name` that each TP rank of this engine holds (None: every rank holds it whole);
+        the weight sync sends each rank only its own (hyflow.workers.weight_sync), and `load_weights` takes them."""
+        return tp_weight_slices(self.engine.model.args, hf_weight_name(name))
 
     async def pause(self) -> None:
         """Pauses the async step loop at the step boundary; requests wait (and may be aborted) until `resume`."""

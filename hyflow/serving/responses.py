@@ -7,7 +7,6 @@ Log-probs are the engine's: of the distribution sampled from, with its `top_log_
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -93,7 +92,7 @@ def read_tool_calls(parser: ToolParser, text: str, parallel: bool) -> ToolCalls:
         {
             "id": new_id("call"),
             "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            "function": {"name": call.name, "arguments": call.arguments},
         }
         for call in parsed.calls
     ]

@@ -15,7 +15,8 @@
 - fully_async (`FullyAsync`): a producer thread generates chunks of `async_training.chunk_prompts` prompts without
   pause into a `RolloutBuffer`; the trainer takes a batch when enough fresh chunks are there; the weights go over
   after every update, between two chunks (the rollout workers run one call at a time, so a chunk is sampled by
-  one version). The staleness bound is the buffer's (hyflow/trainer/rollout_buffer.py).
+  one version). With agent loops every prompt group is a task of its own and the weights load in flight
+  (hyflow/trainer/agent_groups.py). The staleness bound is the buffer's (hyflow/trainer/rollout_buffer.py).
 Versions: the weights after training step k are version k (the initial or resumed weights: the step they are at).
 
 Resume: the buffer and the generations in flight are not saved. A checkpoint of step k stores the loader position
@@ -36,6 +37,7 @@ from typing import Any
 from hyflow import fields as F
 from hyflow.protocol import DataProto
 from hyflow.trainer import stages
+from hyflow.trainer.agent_groups import AgentGroups
 from hyflow.trainer.metrics import staleness_metrics
 from hyflow.trainer.rollout_buffer import Chunk, RolloutBuffer
 
@@ -149,20 +151,49 @@ class OneStepOff:
 
 
 class FullyAsync:
-    """A producer thread generates chunks into a `RolloutBuffer`; the trainer takes batches of fresh chunks."""
+    """A producer thread generates into a `RolloutBuffer`; the trainer takes batches of fresh groups. Without agent
+    loops the producer generates chunk after chunk on the rollout pool; with them (`agent_manager`) every prompt
+    group is a task of its own on the loops' event loop and enters the buffer when it finishes
+    (hyflow.trainer.agent_groups), so a slow multi-turn sample holds back no other group."""
 
-    def __init__(self, generate_batch: GenerateBatch, weights: PoolWeightSync, config: Any) -> None:
+    def __init__(self, generate_batch: GenerateBatch, weights: PoolWeightSync, config: Any, agent_manager=None) -> None:
         self.generate_batch, self.weights = generate_batch, weights
         self.seed = config.trainer.seed
         settings = config.async_training
         self.chunk_prompts = settings.chunk_prompts
         groups = config.data.train_batch_size
         self.buffer = RolloutBuffer(groups_per_batch=groups, max_staleness=settings.max_staleness)
+        self.groups: AgentGroups | None = None
+        if agent_manager is not None:
+            self.groups = AgentGroups(agent_manager, config.actor_rollout_ref.rollout, self._put, self.buffer.fail)
         self.loader_states: dict[int, dict] = {}
-        self.rollout_busy_s = 0.0
-        self.last_rollout_metrics: dict[str, Any] = {}
+        self._chunk_busy_s = 0.0
+        self._chunk_metrics: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def rollout_busy_s(self) -> float:
+        """Seconds so far during which the rollout pool had something to generate."""
+        return self.groups.busy_s if self.groups is not None else self._chunk_busy_s
+
+    @property
+    def last_rollout_metrics(self) -> dict[str, Any]:
+        return self.groups.last_metrics if self.groups is not None else self._chunk_metrics
+
+    def _put(self, batch: DataProto, index: int, epoch: int) -> None:
+        """A finished chunk or group (generation index `index` of its first prompt) into the buffer."""
+        for key in (F.SEED, F.GLOBAL_TOKEN_NUM):  # per chunk: set again for the whole batch
+            batch.meta_info.pop(key, None)
+        version = oldest_version(batch, default=self.weights.version or 0)
+        num_groups = len(set(batch.non_tensor_batch[F.UID]))
+        self.buffer.put(Chunk(batch, version, num_groups, epoch, index))
+
+    def _generate_chunk(self, chunk: DataProto, seed: int, index: int, epoch: int) -> None:
+        started = time.perf_counter()
+        batch, _, self._chunk_metrics = self.generate_batch(chunk, seed)
+        self._chunk_busy_s += time.perf_counter() - started
+        self._put(batch, index, epoch)
 
     def _produce(self, prompts: Iterator[tuple[int, int, DataProto, dict]], first_step: int) -> None:
         groups_per_batch = self.buffer.groups_per_batch
@@ -174,17 +205,16 @@ class FullyAsync:
                     if not self.buffer.admit(index):  # blocks while this group could only finish too stale
                         return
                     chunk = prompt_batch[begin : begin + self.chunk_prompts]
-                    started = time.perf_counter()
-                    batch, _, metrics = self.generate_batch(chunk, stages.sampling_seed(self.seed, step, chunk_index))
-                    self.rollout_busy_s += time.perf_counter() - started
-                    self.last_rollout_metrics = metrics
-                    for key in (F.SEED, F.GLOBAL_TOKEN_NUM):  # per chunk: set again for the whole batch
-                        batch.meta_info.pop(key, None)
-                    version = oldest_version(batch, default=self.weights.version or 0)
-                    self.buffer.put(Chunk(batch, version, len(chunk), epoch))
+                    seed = stages.sampling_seed(self.seed, step, chunk_index)
+                    if self.groups is not None:
+                        self.groups.start(chunk, seed, index, epoch)  # returns at once
+                    else:
+                        self._generate_chunk(chunk, seed, index, epoch)
                     index += len(chunk)
                     if self._stop.is_set():
                         return
+            if self.groups is not None:
+                self.groups.wait()
         except BaseException as error:  # the trainer's next take() raises it
             self.buffer.fail(error)
             return
@@ -201,6 +231,7 @@ class FullyAsync:
             chunks = self.buffer.take(version())
             if not chunks:  # the prompts of every epoch are generated and too few are left for a batch
                 return
+            chunks.sort(key=lambda chunk: chunk.index)  # generation order, whatever order they finished in
             batch = DataProto.concat([chunk.batch for chunk in chunks])
             batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
             yield chunks[-1].epoch, batch, {"wait_rollout": time.perf_counter() - started}, started
@@ -212,6 +243,8 @@ class FullyAsync:
 
     def close(self) -> None:
         self._stop.set()
+        if self.groups is not None:
+            self.groups.cancel()
         self.buffer.close()
 
 
@@ -219,15 +252,22 @@ class SplitRollout:
     """The controller's side of `trainer.placement=split`: weights to the rollout pool, and the batch source of
     `async_training.mode` (None for sync: the trainer's own loop generates)."""
 
-    def __init__(self, config: Any, workers: Any, generate_batch: GenerateBatch, loader: Any) -> None:
+    def __init__(
+        self, config: Any, workers: Any, generate_batch: GenerateBatch, loader: Any, agent_manager: Any = None
+    ) -> None:
+        """`agent_manager`: the trainer's `AgentLoopManager` when the rollout runs agent loops (multi-turn); in an
+        asynchronous mode its loops move to a background event loop that every thread shares."""
         self.config, self.loader = config, loader
         self.mode = config.async_training.mode
         self.weights = PoolWeightSync(workers.actor_rollout, workers.rollout, config.trainer.worker_call_timeout_s)
+        self.agent_manager = agent_manager if self.mode != "sync" else None
+        if self.agent_manager is not None:
+            self.agent_manager.start_background_loop()
         self.source: OneStepOff | FullyAsync | None = None
         if self.mode == "one_step_off":
             self.source = OneStepOff(generate_batch, self.weights, config.trainer.seed)
         elif self.mode == "fully_async":
-            self.source = FullyAsync(generate_batch, self.weights, config)
+            self.source = FullyAsync(generate_batch, self.weights, config, self.agent_manager)
         self._last_mark = (time.perf_counter(), 0.0)  # (wall clock, rollout busy seconds) at the last step's end
 
     def start(self, version: int) -> None:
@@ -279,6 +319,8 @@ class SplitRollout:
             metrics["async/buffer_groups"] = float(buffer.num_groups)
             metrics["async/dropped_stale_groups"] = float(buffer.num_dropped_groups)
             metrics["async/admit_wait_s"] = buffer.pop_admit_wait()
+            if self.source.groups is not None:  # agent loops: groups still generating
+                metrics["async/groups_in_flight"] = float(self.source.groups.num_in_flight)
         self._last_mark = (now, busy)
         return metrics
 
@@ -294,4 +336,6 @@ class SplitRollout:
     def close(self) -> None:
         if self.source is not None:
             self.source.close()
+        if self.agent_manager is not None:
+            self.agent_manager.stop_background_loop()
         self.weights.close()

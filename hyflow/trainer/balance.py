@@ -16,20 +16,30 @@ equal-cardinality form of Michiels et al. 2003, "Performance ratios for the diff
 
 `method="greedy"` is the simpler longest-processing-time rule (each row, longest first, goes to the lightest rank
 that still has room); Karmarkar–Karp usually leaves a smaller spread.
+
+Generation is balanced over engines, not ranks (`generate_balanced`): with data-parallel rollout the worker group
+holds `world / tp` engines (`EnginePlacement`: one per device, or one per TP group of consecutive ranks, which
+generates the chunks of all its ranks). Its prompts are the trainer's `rollout.n`-fold repeat, so each prompt's
+`n` rows are one unit: a unit stays on one engine, where its samples share the prompt's KV cache, and every
+engine gets as many units with a similar total of prompt tokens (the responses' budget is the same for all rows).
+The outputs come back in the batch's order.
+
+    output = generate_balanced(workers.rollout, prompts, tp_size=tp, group_size=n)   # a worker group of world ranks
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from hyflow import fields as F
+from hyflow.engine.parallel import EnginePlacement
 from hyflow.protocol import DataProto
 
-__all__ = ["BALANCE_METHODS", "balance_batch", "balanced_partitions"]
+__all__ = ["BALANCE_METHODS", "balance_batch", "balance_prompts", "balanced_partitions", "generate_balanced"]
 
 BalanceMethod = Literal["karmarkar_karp", "greedy"]
 BALANCE_METHODS = ("karmarkar_karp", "greedy")
@@ -120,3 +130,49 @@ def balance_batch(
     metrics.update(_spread_metrics("global_seqlen/balanced_", after))
     metrics["global_seqlen/mean"] = float(sum(lengths) / world_size)
     return data[torch.from_numpy(permutation)], permutation, metrics
+
+
+def balance_prompts(
+    data: DataProto, placement: EnginePlacement, group_size: int = 1
+) -> tuple[DataProto, np.ndarray, dict[str, float]]:
+    """Reorder a generation batch so that `data.chunk(placement.world_size)` gives every engine whole groups of
+    `group_size` consecutive rows (a prompt's samples) and a similar total of prompt tokens (`attention_mask`).
+
+    Returns the reordered batch, the permutation (`balanced = data[permutation]`) and metrics: the per-engine prompt
+    tokens before (`rollout/engine_prompt_tokens_min`, `_max`) and after (`_balanced_min`, `_balanced_max`). The
+    batch is returned as it is when there is one engine or when its rows do not split evenly over the ranks; groups
+    that do not split evenly over the engines are balanced row by row."""
+    rows = len(data)
+    engines = placement.num_engines
+    if engines == 1 or rows % placement.world_size:  # else the group pads the batch and its chunks move
+        return data, np.arange(rows), {}
+    lengths = data.batch[F.ATTENTION_MASK].sum(-1).tolist()  # one host sync, controller-side
+    if group_size < 1 or rows % group_size or (rows // group_size) % engines:
+        group_size = 1  # the groups cannot go whole to the engines in equal numbers: balance single rows
+    units = [sum(lengths[start : start + group_size]) for start in range(0, rows, group_size)]
+    parts = balanced_partitions(units, engines)
+    permutation = np.fromiter(
+        (unit * group_size + offset for part in parts for unit in part for offset in range(group_size)),
+        dtype=np.int64,
+        count=rows,
+    )
+    chunk = rows // engines
+    before = [sum(lengths[e * chunk : (e + 1) * chunk]) for e in range(engines)]
+    after = [sum(units[unit] for unit in part) for part in parts]
+    metrics = {**_spread_metrics("rollout/engine_prompt_tokens_", before)}
+    metrics.update(_spread_metrics("rollout/engine_prompt_tokens_balanced_", after))
+    return data[torch.from_numpy(permutation)], permutation, metrics
+
+
+def generate_balanced(workers: Any, prompts: DataProto, tp_size: int = 1, group_size: int = 1) -> DataProto:
+    """`workers.generate_sequences(prompts)` (a worker group whose ranks form engines of `tp_size`) with the prompts
+    spread over the engines by `balance_prompts`; the output rows come back in the order of `prompts`, with the
+    balance metrics added to its `meta_info["metrics"]`."""
+    placement = EnginePlacement(workers.world_size, tp_size)
+    balanced, permutation, metrics = balance_prompts(prompts, placement, group_size)
+    if not metrics:
+        return workers.generate_sequences(prompts)
+    output = workers.generate_sequences(balanced)
+    restored = output[torch.from_numpy(np.argsort(permutation))]
+    restored.meta_info[F.METRICS] = {**output.meta_info.get(F.METRICS, {}), **metrics}
+    return restored

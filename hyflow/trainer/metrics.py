@@ -35,7 +35,9 @@ __all__ = [
     "compute_timing_metrics",
     "reduce_metrics",
     "staleness_metrics",
+    "throughput_metrics_for_tokens",
     "timer",
+    "timing_metrics_for_tokens",
 ]
 
 # Stages whose time is divided by the response tokens (generation) or by all tokens (the rest) per-token metrics.
@@ -158,12 +160,20 @@ def _token_counts(batch: DataProto) -> tuple[int, int]:
 
 
 def compute_timing_metrics(batch: DataProto, timing: Mapping[str, float]) -> dict[str, float]:
-    """`timing_s/<stage>` for every timed stage, and `timing_per_token_ms/<stage>` for the model stages.
+    """`timing_s/<stage>` for every timed stage, and `timing_per_token_ms/<stage>` for the model stages
+    (`timing_metrics_for_tokens`, with the batch's token counts)."""
+    response_tokens, all_tokens = _token_counts(batch)
+    return timing_metrics_for_tokens(timing, response_tokens, all_tokens)
+
+
+def timing_metrics_for_tokens(timing: Mapping[str, float], response_tokens: int, all_tokens: int) -> dict[str, float]:
+    """`timing_s/<stage>` for every timed stage, and for the model stages
+
+        timing_per_token_ms/<stage> = 1000 · seconds / tokens       (0 when the batch has no such tokens)
 
     Generation is divided by the number of response tokens; `old_log_prob`, `ref`, `values`, `adv`,
     `update_critic` and `update_actor` by all tokens (prompt + response) of the batch.
     """
-    response_tokens, all_tokens = _token_counts(batch)
     metrics = {f"timing_s/{name}": float(seconds) for name, seconds in timing.items()}
     for name, seconds in timing.items():
         if name in _PER_RESPONSE_TOKEN_STAGES:
@@ -172,17 +182,23 @@ def compute_timing_metrics(batch: DataProto, timing: Mapping[str, float]) -> dic
             tokens = all_tokens
         else:
             continue
-        metrics[f"timing_per_token_ms/{name}"] = 1000.0 * seconds / max(tokens, 1)
+        metrics[f"timing_per_token_ms/{name}"] = 1000.0 * seconds / tokens if tokens else 0.0
     return metrics
 
 
 def compute_throughput_metrics(batch: DataProto, timing: Mapping[str, float], n_devices: int) -> dict[str, float]:
-    """Tokens processed per second per device over the whole step.
+    """Tokens processed per second per device over the whole step (`throughput_metrics_for_tokens`), counting
+    prompt and response tokens (padding excluded) from the batch's attention mask."""
+    return throughput_metrics_for_tokens(timing, _token_counts(batch)[1], n_devices)
+
+
+def throughput_metrics_for_tokens(timing: Mapping[str, float], all_tokens: int, n_devices: int) -> dict[str, float]:
+    """Tokens processed per second per device over the whole step:
 
         perf/throughput = total_num_tokens / (timing["step"] · n_devices)
 
-    `timing["step"]` is the wall-clock time of the whole step; `total_num_tokens` counts prompt and response
-    tokens (padding excluded). Also reports `perf/total_num_tokens` and `perf/time_per_step`.
+    `timing["step"]` is the wall-clock time of the whole step. Also reports `perf/total_num_tokens` and
+    `perf/time_per_step`.
     """
     if "step" not in timing:
         raise ValueError(
@@ -191,7 +207,6 @@ def compute_throughput_metrics(batch: DataProto, timing: Mapping[str, float], n_
         )
     if n_devices < 1:
         raise ValueError(f"n_devices={n_devices}: throughput is per device, so it needs at least 1.")
-    _, all_tokens = _token_counts(batch)
     step_seconds = float(timing["step"])
     return {
         "perf/total_num_tokens": float(all_tokens),

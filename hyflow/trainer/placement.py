@@ -15,8 +15,10 @@ device (CPU processes when `trainer.device=cpu`).
 Split placement (`trainer.placement=split`) gives generation a pool of its own, `trainer.rollout_nnodes ×
 trainer.rollout_n_gpus_per_node` processes of a rollout-only `ActorRolloutRefWorker` (group `rollout`), beside the
 training pool, whose fused workers then hold the actor without an engine (plus ref, critic, reward model). The
-weights travel between the pools over a `WeightChannel` (`hyflow.trainer.async_rollout.PoolWeightSync`). In the
-colocated placement `rollout` is the `actor_rollout` group itself.
+weights travel between the pools over a `WeightChannel` (`hyflow.trainer.async_rollout.PoolWeightSync`). With
+`trainer.rollout_shares_devices` the rollout processes are placed on the training pool's devices instead (one
+beside each training process, e.g. both on one GPU: generation and updates still overlap, sharing the device). In
+the colocated placement `rollout` is the `actor_rollout` group itself.
 
 Hangs become errors on the Ray backend: every group call is bounded by `trainer.worker_call_timeout_s`, and
 starting the workers and `init_model` by `trainer.worker_init_timeout_s`; past it the call raises
@@ -136,8 +138,11 @@ def rollout_role_classes(config: PPOTrainerConfig) -> dict[str, ClassWithInitArg
     return {ROLLOUT: worker}
 
 
-def _ray_group(config: PPOTrainerConfig, fused: ClassWithInitArgs, pool_name: str = "") -> tuple[WorkerGroup, Any]:
-    """A Ray group of `fused` on a new pool: the training pool, or (`pool_name="rollout"`) the rollout pool."""
+def _ray_group(
+    config: PPOTrainerConfig, fused: ClassWithInitArgs, pool_name: str = "", on: Any = None
+) -> tuple[WorkerGroup, Any]:
+    """A Ray group of `fused` on a new pool: the training pool, or (`pool_name="rollout"`) the rollout pool; with
+    `on`, on that existing pool's devices instead (returned pool: None, it is not this group's to remove)."""
     from hyflow.controller import RayResourcePool, RayWorkerGroup, init_ray
 
     init_ray(config.trainer.ray_init)
@@ -148,7 +153,7 @@ def _ray_group(config: PPOTrainerConfig, fused: ClassWithInitArgs, pool_name: st
     else:
         nodes = [trainer.n_gpus_per_node] * trainer.nnodes
     tag = f"{trainer.experiment_name}_{pool_name}" if pool_name else trainer.experiment_name
-    pool = RayResourcePool(nodes, use_gpu=use_gpu, name_prefix=f"{tag}_")
+    pool = on if on is not None else RayResourcePool(nodes, use_gpu=use_gpu, name_prefix=f"{tag}_")
     name_prefix = f"hyflow_{tag}"
     try:
         group = RayWorkerGroup(
@@ -159,9 +164,10 @@ def _ray_group(config: PPOTrainerConfig, fused: ClassWithInitArgs, pool_name: st
             init_timeout_s=trainer.worker_init_timeout_s,
         )
     except BaseException:
-        pool.remove()
+        if on is None:
+            pool.remove()
         raise
-    return group, pool
+    return group, None if on is not None else pool
 
 
 def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
@@ -180,7 +186,9 @@ def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
     if config.trainer.placement == "split":
         try:
             rollout_roles = rollout_role_classes(config)
-            rollout_fused, rollout_pool = _ray_group(config, create_colocated_worker_cls(rollout_roles), ROLLOUT)
+            shared = pool if config.trainer.rollout_shares_devices else None  # e.g. both pools on one GPU
+            rollout_cls = create_colocated_worker_cls(rollout_roles)
+            rollout_fused, rollout_pool = _ray_group(config, rollout_cls, ROLLOUT, on=shared)
         except BaseException:
             fused_group.kill()
             pool.remove()

@@ -44,7 +44,7 @@ from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import off_policy, stages
 from hyflow.trainer.async_rollout import SplitRollout
-from hyflow.trainer.balance import balance_batch
+from hyflow.trainer.balance import balance_batch, generate_balanced
 from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.metrics import reduce_metrics, timer
@@ -162,14 +162,15 @@ class PPOTrainer:
 
         config = self.config
         self.workers = build_worker_groups(config)
-        if config.trainer.placement == "split":
-            self.split = SplitRollout(config, self.workers, self._generate_batch, self.train_loader)
         if config.actor_rollout_ref.rollout.multi_turn.enable:
             from hyflow.agent import AgentLoopManager
 
             servers = self.workers.rollout_servers()  # one per rollout worker; a conversation stays on one
             rollout = config.actor_rollout_ref.rollout
             self.agent_manager = AgentLoopManager(rollout, self.tokenizer, servers, processor=self.processor)
+        if config.trainer.placement == "split":
+            loader, manager = self.train_loader, self.agent_manager
+            self.split = SplitRollout(config, self.workers, self._generate_batch, loader, agent_manager=manager)
         model = config.actor_rollout_ref.model
         self._hf_config = load_model_config(model.path, model.override_config, model.trust_remote_code)
         trainer = config.trainer
@@ -263,7 +264,7 @@ class PPOTrainer:
         batch = batch.repeat(rollout.n, interleave=True)
         meta = {F.TEMPERATURE: rollout.temperature, F.DO_SAMPLE: rollout.do_sample, F.SEED: seed}
         with timer("gen", timing):
-            output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta))
+            output = self._generate(stages.generation_input(batch, self.agent_manager is not None, meta), rollout.n)
         rollout_metrics = reduce_metrics(output.meta_info.get(F.METRICS, {}))  # per rank: turns, graphs, ...
         timing.update(output.meta_info.get(F.TIMING, {}))  # the worker's phases: gen/rollout_mode, gen/generate, ...
         batch = stages.merge_generation(batch, output)
@@ -272,10 +273,14 @@ class PPOTrainer:
         batch.meta_info[F.GLOBAL_TOKEN_NUM] = batch.batch[F.ATTENTION_MASK].sum(-1).tolist()
         return batch, timing, rollout_metrics
 
-    def _generate(self, gen_input: DataProto) -> DataProto:
-        """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts."""
+    def _generate(self, gen_input: DataProto, group_size: int = 1) -> DataProto:
+        """The rollout worker group, or the agent loops over the engine (multi-turn), for one batch of prompts (with
+        `trainer.balance_batch`, whole groups of `group_size` rows spread evenly over the engines)."""
         if self.agent_manager is None:
-            return self.workers.rollout.generate_sequences(gen_input)
+            if not self.config.trainer.balance_batch:
+                return self.workers.rollout.generate_sequences(gen_input)
+            tp_size = self.config.actor_rollout_ref.rollout.tensor_model_parallel_size
+            return generate_balanced(self.workers.rollout, gen_input, tp_size, group_size)
         self.workers.rollout.rollout_mode()  # every worker's engine gets the actor's latest weights
         try:
             return self.agent_manager.generate_sequences(gen_input)

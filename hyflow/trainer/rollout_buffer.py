@@ -36,6 +36,7 @@ class Chunk:
     version: int
     num_groups: int
     epoch: int = 0  # of the prompts
+    index: int = 0  # generation index of its first group (chunks may finish out of order)
 
 
 class RolloutBuffer:

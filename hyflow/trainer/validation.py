@@ -26,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_best_worst", "bootstrap_majority", "process_validation_metrics", "select_generations_to_log"]
+__all__ = [
+    "bootstrap_best_worst",
+    "bootstrap_majority",
+    "process_validation_metrics",
+    "select_generations_to_log",
+    "validation_metrics_by_source",
+]
 
 
 def _subset_sizes(num_samples: int) -> list[int]:
@@ -122,6 +128,26 @@ def process_validation_metrics(
     and not reported itself; other non-numeric infos are skipped. The bootstrap is seeded, so the result is the
     same on every run.
     """
+    result: dict[str, float] = {}
+    for source, var_metrics in validation_metrics_by_source(data_sources, uids, infos, seed, n_bootstrap).items():
+        core_var = "acc" if "acc" in var_metrics else "reward"
+        for var_name, metric_values in var_metrics.items():
+            n_max = max(int(name.split("@")[1].split("/")[0]) for name in metric_values)
+            for metric_name, value in metric_values.items():
+                section = _section(var_name, core_var, metric_name, n_max)
+                result[f"{section}/{source}/{var_name}/{metric_name}"] = value
+    return result
+
+
+def validation_metrics_by_source(
+    data_sources: Sequence[str],
+    uids: Sequence[Any],
+    infos: dict[str, Sequence[Any]],
+    seed: int = 42,
+    n_bootstrap: int = 1000,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """`{data_source: {var: {metric: mean over the source's prompts}}}` (metrics as in the module docstring):
+    the values `process_validation_metrics` names, nested as verl returns them."""
     num_samples = len(uids)
     for name, values in infos.items():
         if len(values) != num_samples:
@@ -147,15 +173,12 @@ def process_validation_metrics(
         for var_name, metrics in _prompt_metrics(var_values, predictions, seed, n_bootstrap).items():
             for metric_name, value in metrics.items():
                 per_source[source][var_name][metric_name].append(value)
-    result: dict[str, float] = {}
-    for source, var_metrics in per_source.items():
-        core_var = "acc" if "acc" in var_metrics else "reward"
-        for var_name, metric_values in var_metrics.items():
-            n_max = max(int(name.split("@")[1].split("/")[0]) for name in metric_values)
-            for metric_name, values in metric_values.items():
-                section = _section(var_name, core_var, metric_name, n_max)
-                result[f"{section}/{source}/{var_name}/{metric_name}"] = float(np.mean(values))
-    return result
+    return {
+        source: {
+            var: {name: float(np.mean(values)) for name, values in metrics.items()} for var, metrics in vars_.items()
+        }
+        for source, vars_ in per_source.items()
+    }
 
 
 def select_generations_to_log(

@@ -40,7 +40,7 @@ from hyflow import fields as F
 from hyflow.config import ActorRolloutRefConfig, RefConfig, RolloutConfig
 from hyflow.controller import Dispatch, Worker, register
 from hyflow.controller.worker import free_port, node_ip_address
-from hyflow.models.lora import merged_hf_weights
+from hyflow.models.lora import hf_name, merged_hf_weights
 from hyflow.protocol import DataProto
 from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
@@ -212,8 +212,7 @@ class ActorRolloutRefWorker(Worker):
         metrics = output.meta_info.setdefault(F.METRICS, {})
         metrics["rollout/cuda_graph_captures"] = captured
         if self._sync_stats is not None:
-            metrics["rollout/weight_sync_gb"] = self._sync_stats.num_bytes / 1e9
-            metrics["rollout/weight_sync_buckets"] = self._sync_stats.num_buckets
+            metrics.update(self._sync_stats.metrics())  # rollout/weight_sync_gb, _comm_gb, _buckets, _wait_s, _s
         return output
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -281,7 +280,8 @@ class ActorRolloutRefWorker(Worker):
         self.rollout.wake()
         if self.actor is not None and self._rollout_version != self._weights_version:
             self._sync_stats = SyncStats()
-            self.rollout.load_weights(self.actor_weights(self._sync_stats), policy_version=self._weights_version)
+            weights = self.actor_weights(self._sync_stats, for_own_engine=True)
+            self.rollout.load_weights(weights, policy_version=self._weights_version)
             self._rollout_version = self._weights_version
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -293,13 +293,19 @@ class ActorRolloutRefWorker(Worker):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def actor_weights(self, stats: SyncStats | None = None):
-        """The actor's weights under Hugging Face names, LoRA folded in, gathered from the FSDP2 shards in buckets
-        of `rollout.update_weights_bucket_megabytes` (`stats` counts what moved)."""
+    def actor_weights(self, stats: SyncStats | None = None, for_own_engine: bool = False):
+        """The actor's weights under Hugging Face names, LoRA folded in, moved from the FSDP2 shards in buckets of
+        `rollout.update_weights_bucket_megabytes` (`stats` counts what moved). `for_own_engine`: for this worker's
+        engine: in its dtype, each TP rank receiving only its slices (without LoRA: its merge needs the full fp32
+        tensors)."""
         model_config = self.config.model
         scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
         bucket_bytes = self.config.rollout.update_weights_bucket_megabytes << 20
-        return merged_hf_weights(iter_bucketed_state(self.actor.module, bucket_bytes, stats), scaling)
+        engine = getattr(self.rollout, "engine", None) if for_own_engine and not scaling else None  # hyflow's
+        slices = None if engine is None else (lambda name: self.rollout.tp_weight_slices(hf_name(name)))
+        dtype = None if engine is None else engine.dtype
+        weights = iter_bucketed_state(self.actor.module, bucket_bytes, stats, slices, dtype)
+        return merged_hf_weights(weights, scaling)
 
     # ---- weight transfer between pools (split placement) ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -335,12 +341,19 @@ class ActorRolloutRefWorker(Worker):
         }
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def receive_weights(self, version: int) -> None:
-        """Load the weights training rank 0 broadcasts into the engine; they are those of training step `version`."""
+    async def receive_weights(self, version: int) -> None:
+        """Load the weights training rank 0 broadcasts into the engine; they are those of training step `version`
+        (tokens sampled from now on carry it). Safe while agent-loop requests run (`generate_request`): hyflow's
+        engine pauses them at a step boundary, receives the buckets in a worker thread and resumes them under the
+        new weights (`EngineRollout.update_weights_in_flight`). A blocking `generate_sequences` call finishes
+        first: it holds the worker's event loop."""
         self._require(self.rollout, "receive_weights", "rollout")
         assert self._channel is not None, "join_weight_channel first"
         self.rollout.wake()
-        self.rollout.load_weights(self._channel.receive(), policy_version=version)  # tokens sampled now carry it
+        if hasattr(self.rollout, "update_weights_in_flight"):
+            await self.rollout.update_weights_in_flight(self._channel.receive(), policy_version=version)
+        else:  # the transformers rollout serves one call at a time
+            self.rollout.load_weights(self._channel.receive(), policy_version=version)
 
     # ---- checkpoints ----
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

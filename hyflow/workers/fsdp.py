@@ -7,8 +7,10 @@
 On CUDA, parameters are cast to `mixed_precision.param_dtype` (bf16) for compute and gradients are reduced in
 `reduce_dtype` (fp32); on CPU everything stays fp32. `param_offload` / `offload_policy` keep the sharded parameters
 (and so the optimizer step) on CPU between uses (`CPUOffloadPolicy`); `optimizer_offload` moves the optimizer
-state to CPU between steps. With one rank there is nothing to shard, so only the root is wrapped (one parameter
-group, kept gathered from forward to backward: the same bf16 casts with one hook instead of one per layer).
+state to CPU between steps. With one rank there is nothing to shard: when the policy casts (CUDA, bf16) and nothing
+is offloaded, FSDP2 is left out and `mixed_precision.SingleRankMixedPrecision` casts the fp32 weights into bf16
+compute copies once per step (FSDP2's numbers, without its one-rank all-gather and gradient copies); otherwise only
+the root is wrapped (one parameter group, kept gathered from forward to backward).
 Without an initialised process group (e.g. a unit test of the actor alone) the model is not wrapped at all and
 these helpers act on the plain module.
 """
@@ -25,6 +27,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+
+from hyflow.workers.mixed_precision import SingleRankMixedPrecision
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +90,13 @@ def apply_fsdp2(model: nn.Module, fsdp_config: Any, mesh: DeviceMesh | None, key
         )
     else:
         mp_policy = MixedPrecisionPolicy()  # CPU: fp32 compute and reduction
+    param_dtype = mp_policy.param_dtype
+    casts = param_dtype is not None and any(p.dtype != param_dtype for p in model.parameters())
+    if mesh.size() == 1 and not offload and casts:
+        # One rank and a cast: FSDP2's one-rank all-gather and gradient copies would move the weights for nothing.
+        model.to(device).single_rank_precision = SingleRankMixedPrecision(model, param_dtype, mp_policy.reduce_dtype)
+        logger.info("one rank: no FSDP2; %s compute copies cast once per step (mixed_precision.py)", param_dtype)
+        return model
     kwargs: dict[str, Any] = {"mesh": mesh, "mp_policy": mp_policy}
     if offload:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
@@ -106,8 +117,12 @@ def apply_fsdp2(model: nn.Module, fsdp_config: Any, mesh: DeviceMesh | None, key
 
 
 def reshard(model: nn.Module) -> None:
-    """Free the root's gathered parameters after a no-grad forward (FSDP2 keeps the root unsharded)."""
-    if hasattr(model, "reshard"):
+    """Free the root's gathered parameters after a no-grad forward (FSDP2 keeps the root unsharded), or the
+    single-rank compute copies after a forward or the last backward of a step (fp32 weights and gradients back)."""
+    precision = getattr(model, "single_rank_precision", None)
+    if precision is not None:
+        precision.reshard()
+    elif hasattr(model, "reshard"):
         model.reshard()
 
 

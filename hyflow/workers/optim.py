@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from hyflow.workers.fsdp import reshard
+
 SCHEDULER_TYPES = ("constant", "cosine")
 
 
@@ -120,6 +122,7 @@ def clip_grad_norm_and_step(
     `found_inf`), so the host never waits for the backward to finish; elsewhere the norm is read on the host (one
     sync per step). Callers report skipped steps once their metrics reach the host (`warn_about_skipped_steps`).
     """
+    reshard(module)  # one rank without FSDP2: the fp32 weights and their gradients back (mixed_precision.py)
     grad_norm = clip_grad_norm(list(module.parameters()), grad_clip)
     if grad_norm.is_cuda and is_plain_fused_adamw(optimizer):
         skipped = (~torch.isfinite(grad_norm)).float()

@@ -12,13 +12,18 @@ The sender's weights come from `ActorRolloutRefWorker.actor_weights`, which gath
 (`hyflow.workers.weight_sync`): every training rank runs that gather, only rank 0 sends. Here the full tensors of
 consecutive parameters are packed again into one flat byte buffer of about `bucket_bytes` and broadcast with one
 collective (two small ones before it carry the bucket's names, dtypes and shapes); an empty bucket ends the stream.
-At most one bucket of full weights is in flight, never the whole model. The channel runs over gloo: on CPU that is
-the only choice, on GPU the bucket goes through host memory (an NCCL channel is future work).
+At most one bucket of full weights is in flight, never the whole model.
+
+The backend is chosen when the members join (`channel_backend`): NCCL when every member holds a GPU of its own, so
+buckets go device to device and never through host memory; gloo otherwise (CPU runs, or pools that share a GPU,
+where NCCL refuses two ranks on one device), with the buckets in host memory. Every member publishes its device
+(the GPU's UUID, or "cpu") in the store first, so all of them pick the same backend.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import pickle
 import time
 from collections.abc import Iterable, Iterator
@@ -29,7 +34,9 @@ import torch.distributed as dist
 
 from hyflow.workers.weight_sync import SyncStats
 
-__all__ = ["WeightChannel"]
+__all__ = ["WeightChannel", "channel_backend", "device_identity"]
+
+logger = logging.getLogger(__name__)
 
 _ALIGN = 16  # byte offset of every tensor in a bucket, so each slice can be viewed as its dtype
 
@@ -38,19 +45,47 @@ def _aligned(num_bytes: int) -> int:
     return -(-num_bytes // _ALIGN) * _ALIGN
 
 
+def device_identity() -> str:
+    """What this process moves tensors with: its current GPU's UUID, or "cpu" without CUDA."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
+
+
+def channel_backend(identities: list[str]) -> str:
+    """ "nccl" when every member (its `device_identity`) holds a GPU no other member holds, else "gloo"."""
+    on_gpus = all(identity.startswith("cuda:") for identity in identities)
+    return "nccl" if on_gpus and len(set(identities)) == len(identities) and dist.is_nccl_available() else "gloo"
+
+
 class WeightChannel:
     """A process group of training rank 0 (rank 0, the sender) and the rollout workers (1..R, receivers)."""
 
-    def __init__(self, group: Any, rank: int, store: Any) -> None:
+    def __init__(self, group: Any, rank: int, store: Any, device: torch.device | None = None) -> None:
         self.group, self.rank = group, rank
+        self.device = device or torch.device("cpu")  # where buckets live: a GPU on NCCL, host memory on gloo
         self._store = store  # the process group reads its peers through it; keep it alive as long as the group
+
+    @property
+    def backend(self) -> str:
+        return "gloo" if self.device.type == "cpu" else "nccl"
 
     @classmethod
     def join(cls, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0) -> WeightChannel:
         """Join the channel (blocks until all `world_size` members joined); rank 0 hosts the store at host:port."""
         timeout = datetime.timedelta(seconds=timeout_s)
         store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
-        return cls(dist.ProcessGroupGloo(store, rank, world_size, timeout), rank, store)
+        store.set(f"device/{rank}", device_identity())
+        backend = channel_backend([store.get(f"device/{r}").decode() for r in range(world_size)])
+        group_store = dist.PrefixStore("weights", store)
+        if backend == "gloo":
+            return cls(dist.ProcessGroupGloo(group_store, rank, world_size, timeout), rank, store)
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        group = dist.ProcessGroupNCCL(group_store, rank, world_size, options)
+        if rank == 0:
+            logger.info("weight channel on NCCL: %d rollout worker(s), each on a GPU of its own", world_size - 1)
+        return cls(group, rank, store, torch.device("cuda", torch.cuda.current_device()))
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
         options = dist.BroadcastOptions()
@@ -59,22 +94,24 @@ class WeightChannel:
 
     def _broadcast_header(self, header: list[tuple[str, torch.dtype, tuple[int, ...]]] | None) -> list:
         payload = pickle.dumps(header) if self.rank == 0 else b""
-        size = torch.tensor([len(payload)], dtype=torch.int64)
+        size = torch.tensor([len(payload)], dtype=torch.int64, device=self.device)
         self._broadcast(size)
-        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if self.rank == 0 else None
-        if data is None:
-            data = torch.empty(int(size.item()), dtype=torch.uint8)
+        if self.rank == 0:
+            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(self.device)
+        else:
+            data = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)  # a host sync on NCCL
         self._broadcast(data)
-        return pickle.loads(data.numpy().tobytes())
+        return pickle.loads(data.cpu().numpy().tobytes())
 
     def _send_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         header = [(name, tensor.dtype, tuple(tensor.shape)) for name, tensor in bucket]
         self._broadcast_header(header)
-        flat = torch.empty(sum(_aligned(t.numel() * t.element_size()) for _, t in bucket), dtype=torch.uint8)
+        num_bytes_total = sum(_aligned(t.numel() * t.element_size()) for _, t in bucket)
+        flat = torch.empty(num_bytes_total, dtype=torch.uint8, device=self.device)
         offset = 0
         for _, tensor in bucket:
             num_bytes = tensor.numel() * tensor.element_size()
-            flat[offset : offset + num_bytes].copy_(tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8))
+            flat[offset : offset + num_bytes].copy_(tensor.detach().contiguous().reshape(-1).view(torch.uint8))
             offset += _aligned(num_bytes)
         self._broadcast(flat)
 
@@ -107,9 +144,8 @@ class WeightChannel:
             header = self._broadcast_header(None)
             if not header:
                 return
-            flat = torch.empty(
-                sum(_aligned(torch.Size(s).numel() * d.itemsize) for _, d, s in header), dtype=torch.uint8
-            )
+            num_bytes_total = sum(_aligned(torch.Size(s).numel() * d.itemsize) for _, d, s in header)
+            flat = torch.empty(num_bytes_total, dtype=torch.uint8, device=self.device)
             self._broadcast(flat)
             offset = 0
             for name, dtype, shape in header:

@@ -17,6 +17,7 @@ from hyflow.agent.chat import MessageDelta
 from hyflow.agent.loop import AgentLoopContext
 from hyflow.agent.parsers import ToolParser
 from hyflow.agent.server import TokenOutput
+from hyflow.agent.tools import function_tool as function_tool_module
 from hyflow.config.actor_rollout_ref import MultiTurnConfig
 from hyflow.models.tiny import build_tiny_tokenizer
 
@@ -62,6 +63,18 @@ class ScriptedServer:
             log_probs.append(-self._next_log_prob / 1000)
         self.emitted.setdefault(request_id, []).extend(zip(ids, log_probs))
         return TokenOutput(token_ids=ids, log_probs=log_probs, finish_reason=finish)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_function_tool_registry():
+    """Each test sees the function-tool registry (and the loaded-files cache) as it was before it, and leaves it so."""
+    registry, loaded = function_tool_module.FUNCTION_TOOL_REGISTRY, function_tool_module._LOADED_FUNCTION_TOOL_PATHS
+    saved_registry, saved_loaded = dict(registry), dict(loaded)
+    yield
+    registry.clear()
+    registry.update(saved_registry)
+    loaded.clear()
+    loaded.update(saved_loaded)
 
 
 @pytest.fixture(scope="session")

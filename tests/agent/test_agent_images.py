@@ -185,6 +185,7 @@ def test_a_video_prompt_runs_the_tool_agent_loop_and_trains_like_a_plain_forward
         ("hf", "tool_agent", False),
         ("hf", "tool_agent", True),
         ("hyflow", "tool_agent", False),
+        ("hyflow", "tool_agent", True),  # the engine's video prefill
     ],
 )
 def test_image_prompts_generate_through_the_rollout_with_their_images(

@@ -78,9 +78,9 @@ def test_message_delta_rejects_a_template_that_rewrites_earlier_turns(tokenizer)
 
 @pytest.mark.parametrize(
     ("side", "expected"),
-    [("left", "abcd...(truncated)"), ("right", "(truncated)...wxyz"), ("middle", "ab\n...(truncated)...\nyz")],
+    [("left", "(truncated)...wxyz"), ("right", "abcd...(truncated)"), ("middle", "ab\n...(truncated)...\nyz")],
 )
-def test_truncate_text_keeps_max_chars_on_the_chosen_side(side, expected):
+def test_truncate_text_cuts_the_chosen_side_and_keeps_max_chars(side, expected):
     assert truncate_text("abcdefghijklmnopqrstuvwxyz", 4, side) == expected
     assert truncate_text("short", 10, side) == "short"
 

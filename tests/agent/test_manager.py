@@ -215,3 +215,23 @@ def test_each_model_token_keeps_the_policy_version_that_sampled_it_and_context_t
     assert versions[valid & ~mask].eq(-1).all() and versions[~valid].eq(-1).all()  # tool tokens, padding
     assert out.non_tensor_batch[F.ROLLOUT_POLICY_VERSION_MIN][0] == 0
     assert out.non_tensor_batch[F.ROLLOUT_POLICY_VERSION_MAX][0] == 1
+
+
+def test_the_background_loop_serves_batches_from_several_threads_and_submitted_groups(tmp_path, tokenizer, make_server):
+    import concurrent.futures
+
+    server = make_server(lambda prompt, turn: "x" * prompt.count("q"))
+    manager = AgentLoopManager(rollout_config(tmp_path, tools=False), tokenizer, [server])
+    direct = manager.generate_sequences(batch())
+    manager.start_background_loop()
+    try:
+        submitted = manager.submit(manager.agenerate_sequences(batch())).result(timeout=30)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as threads:
+            from_threads = list(threads.map(lambda _: manager.generate_sequences(batch()), range(2)))
+    finally:
+        manager.stop_background_loop()
+    for out in (submitted, *from_threads):
+        assert torch.equal(out.batch[F.RESPONSES], direct.batch[F.RESPONSES])
+    assert manager.router.active == [0]  # every conversation released, whichever thread asked
+    with pytest.raises(RuntimeError, match="start_background_loop"):
+        manager.submit(manager.agenerate_sequences(batch()))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from hyflow.agent.parser_formats import KimiToolParser, Qwen3XMLToolParser
 from hyflow.agent.parsers import FunctionCall, ParsedToolCalls, ToolParser
+from hyflow.agent.tools.schemas import OpenAIFunctionPropertySchema, OpenAIFunctionToolSchema
 
 KIMI_CALL = (
     '<|tool_call_begin|>functions.get_weather:{i}<|tool_call_argument_begin|>{{"city": "{city}"}}<|tool_call_end|>'
@@ -29,23 +33,27 @@ def test_qwen3_coder_reads_each_parameter_as_json_when_it_parses_and_as_text_oth
     )
     parsed = ToolParser.get("qwen3_coder", None).parse(text)
     assert parsed == ParsedToolCalls(
-        "Checking.", [FunctionCall("get_weather", {"city": "San Francisco", "days": 3, "units": {"temp": "C"}})]
+        "Checking.", [FunctionCall.of("get_weather", {"city": "San Francisco", "days": 3, "units": {"temp": "C"}})]
     )
 
 
 def test_qwen3_coder_counts_a_block_without_a_function_and_an_unclosed_block():
     text = '<tool_call>{"name": "x"}</tool_call><tool_call><function=a></function></tool_call> <tool_call><function='
     parsed = ToolParser.get("qwen3_coder", None).parse(text)
-    assert parsed.calls == [FunctionCall("a", {})]
+    assert parsed.calls == [FunctionCall.of("a", {})]
     assert parsed.num_malformed == 2
 
 
 def test_kimi_k2_parses_every_call_of_the_section_and_keeps_the_text_before_it():
     calls = KIMI_CALL.format(i=0, city="Paris") + KIMI_CALL.format(i=1, city="Oslo")
     text = f"Two cities.<|tool_calls_section_begin|>{calls}<|tool_calls_section_end|>"
-    parsed = ToolParser.get("kimi_k2", None).parse(text)
+    parsed = ToolParser.get("kimi_k2", None).parse(text + "<|im_end|>")
     assert parsed == ParsedToolCalls(
-        "Two cities.", [FunctionCall("get_weather", {"city": "Paris"}), FunctionCall("get_weather", {"city": "Oslo"})]
+        "Two cities.",
+        [
+            FunctionCall.of("get_weather", {"city": "Paris"}, tool_call_id="functions.get_weather:0"),
+            FunctionCall.of("get_weather", {"city": "Oslo"}, tool_call_id="functions.get_weather:1"),
+        ],
     )
 
 
@@ -64,7 +72,7 @@ def test_gpt_oss_reads_calls_from_the_commentary_channel_and_text_from_the_final
         '<|message|>{"location": "Tokyo"}<|call|>'
     )
     parser = ToolParser.get("gpt-oss", None)
-    assert parser.parse(text) == ParsedToolCalls("", [FunctionCall("get_current_weather", {"location": "Tokyo"})])
+    assert parser.parse(text) == ParsedToolCalls("", [FunctionCall.of("get_current_weather", {"location": "Tokyo"})])
     assert parser.parse("<|channel|>final<|message|>Sunny, 20 C.<|return|>").text == "Sunny, 20 C."
 
 
@@ -73,5 +81,70 @@ def test_gpt_oss_reads_calls_from_the_commentary_channel_and_text_from_the_final
 )
 def test_formats_whose_markers_are_special_tokens_decode_with_special_tokens_kept(name, keeps):
     tokenizer = RecordingTokenizer("plain text")
-    ToolParser.get(name, tokenizer).extract_tool_calls([1, 2, 3])
+    asyncio.run(ToolParser.get(name, tokenizer).extract_tool_calls([1, 2, 3]))
     assert tokenizer.skip_special_tokens is (not keeps)
+
+
+def schema(name: str, **types: str) -> OpenAIFunctionToolSchema:
+    properties = {key: {"type": kind} for key, kind in types.items()}
+    return OpenAIFunctionToolSchema.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": "",
+                "parameters": {"type": "object", "properties": properties, "required": list(types)},
+            },
+        }
+    )
+
+
+def test_qwen3_xml_reads_values_by_the_declared_types_of_the_tools_schema(tmp_path):
+    marker = tmp_path / "pwned"
+    code = f'__import__("os").system("touch {marker}")'
+    values = {"zip": "02139", "n": "7", "x": "2.5", "ok": "False", "items": "['a', 'b']", "code": code, "gone": "null"}
+    values["both"] = "0.5"  # declared int | float
+    body = "".join(f"<parameter={key}>\n{value}\n</parameter>" for key, value in values.items())
+    tools = [
+        schema("f", zip="string", n="integer", x="number", ok="boolean", items="array", code="array", gone="object")
+    ]
+    tools[0].function.parameters.properties["both"] = OpenAIFunctionPropertySchema(type=["integer", "number"])
+    (call,) = (
+        ToolParser.get("qwen3_coder", None).parse(f"<tool_call><function=f>{body}</function></tool_call>", tools).calls
+    )
+    assert call.arguments_dict() == {
+        "zip": "02139",
+        "n": 7,
+        "x": 2.5,
+        "ok": False,
+        "items": ["a", "b"],
+        "code": code,
+        "gone": None,
+        "both": 0.5,
+    }
+    assert not marker.exists()  # a literal is read with ast.literal_eval, never eval
+
+
+def test_qwen3_xml_skips_a_cut_parameter_and_refuses_a_cut_function_header():
+    parser = ToolParser.get("qwen3_coder", None)
+    call = parser._parse_xml_function_call("f><parameter=a>1</parameter><parameter=cut", None)
+    assert call.arguments_dict() == {"a": 1}
+    assert parser._parse_xml_function_call("f", None) is None
+
+
+def test_kimi_matches_a_call_id_that_names_no_tool_to_the_tool_it_contains_or_whose_arguments_it_fills():
+    def section(call_id: str, arguments: str) -> str:
+        call = f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{arguments}<|tool_call_end|>"
+        return f"<|tool_calls_section_begin|>{call}<|tool_calls_section_end|>"
+
+    tools = [schema("get_weather", city="string"), schema("search", query="string")]
+    parser = ToolParser.get("kimi", None)
+    (call,) = parser.parse(section("call-get_weather-0", '{"city": "Oslo"}'), tools).calls
+    assert (call.name, call.tool_call_id) == ("get_weather", "call-get_weather-0")
+    assert parser.parse(section("call_7", '{"query": "rain"}'), tools).calls[0].name == "search"
+    assert parser.parse(section("call_7", '{"query": "rain"}')).calls[0].name == "call_7"  # no schemas: as written
+
+
+def test_the_parsers_carry_verls_class_names():
+    assert isinstance(ToolParser.get("qwen3_coder", None), Qwen3XMLToolParser)
+    assert type(ToolParser.get("kimi", None)) is type(ToolParser.get("kimi_k2", None)) is KimiToolParser

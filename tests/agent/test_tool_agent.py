@@ -8,9 +8,13 @@ from typing import Any
 import pytest
 
 from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
+from hyflow.agent.interactions.base import BaseInteraction
+from hyflow.agent.loop import AgentData
+from hyflow.agent.parsers import FunctionCall, ParsedToolCalls, ToolParser
 from hyflow.agent.tool_agent import TOOL_ERROR_PREFIX, ToolAgentLoop
 from hyflow.agent.tools.base import BaseTool, ToolResponse
 from hyflow.agent.tools.calculator import CalculatorTool
+from hyflow.agent.tools.registry import load_all_tools
 from hyflow.engine.config import SamplingParams
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,7 +44,7 @@ class RecordingTool(BaseTool):
         self.released: list[str] = []
         self.running = self.peak_running = 0
 
-    async def create(self, instance_id: str | None = None, **kwargs: Any) -> str:
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
         self.created.append(kwargs)
         return await super().create(instance_id, **kwargs)
 
@@ -253,14 +257,12 @@ def test_generation_is_limited_to_the_remaining_response_budget(make_server, mak
 @pytest.mark.parametrize(
     ("side", "expected"),
     [
-        ("left", "echo:abcde...(truncated)"),
-        ("right", "(truncated)...qrstuvwxyz"),
+        ("left", "(truncated)...qrstuvwxyz"),
+        ("right", "echo:abcde...(truncated)"),
         ("middle", "echo:\n...(truncated)...\nvwxyz"),
     ],
 )
-def test_tool_responses_are_truncated_on_the_configured_side(
-    make_server, make_context, call_text, tokenizer, side, expected
-):
+def test_tool_responses_are_cut_on_the_configured_side(make_server, make_context, call_text, tokenizer, side, expected):
     server = make_server([call_text("echo", x="abcdefghijklmnopqrstuvwxyz"), "done"])
     context = make_context(
         server, tools=[RecordingTool()], max_tool_response_length=10, tool_response_truncate_side=side
@@ -277,3 +279,77 @@ def test_a_turn_cut_short_by_the_engine_ends_the_episode_without_running_its_cal
     tool = RecordingTool()
     output = run_loop(make_context(server, tools=[tool]))
     assert output.finish_reason == "length" and len(server.calls) == 1 and not tool.executed
+
+
+def test_a_function_tool_from_a_python_file_is_called_like_any_tool(make_server, make_context, call_text, tmp_path):
+    (tmp_path / "weather.py").write_text(
+        "from hyflow.agent.tools.function_tool import function_tool\n\n\n"
+        "@function_tool\n"
+        "def get_weather(city: str) -> tuple[dict, float]:\n"
+        '    """The weather of a city.\n\n    Args:\n        city: the city.\n    """\n'
+        '    return {"city": city, "sky": "drizzle"}, 0.25\n'
+    )
+    tools = load_all_tools(None, tmp_path / "weather.py")
+    server = make_server([call_text("get_weather", city="Oslo"), "Drizzle."])
+    output = run_loop(make_context(server, tools=tools))
+    assert output.finish_reason == "stop" and output.metrics.num_tool_calls == 1
+    assert output.extra_fields["tool_rewards"] == [0.25] and output.extra_fields["tool_scores"] == {"get_weather": 0.0}
+    assert '{"city": "Oslo", "sky": "drizzle"}' in server.tokenizer.decode(server.calls[1]["prompt_ids"])
+
+
+def test_a_turn_with_calls_is_kept_as_an_openai_message_with_the_calls_that_run(make_server, make_context):
+    context = make_context(make_server(["unused"]), tools=[CalculatorTool()], max_parallel_calls=1)
+    loop = ToolAgentLoop(context)
+    calls = [FunctionCall.of("calculator", {"expression": "1+1"}, tool_call_id="call-0"), FunctionCall("calculator")]
+    data = AgentData(request_id="r", messages=[], tool_calls=calls)
+    assert loop._build_assistant_message("Computing.", data) == {
+        "role": "assistant",
+        "content": "Computing.",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1+1"}}, "id": "call-0"}
+        ],
+    }
+    assert loop._build_assistant_message("Done.", AgentData(request_id="r", messages=[])) == {
+        "role": "assistant",
+        "content": "Done.",
+    }
+
+
+def test_arguments_that_are_not_a_json_object_reach_the_model_as_an_error(
+    make_server, make_context, call_text, tokenizer
+):
+    class LooseParser(ToolParser):
+        """Passes the text after `call:` on as the arguments, unchecked (as a careless custom parser would)."""
+
+        def parse(self, text, tools=None):
+            return ParsedToolCalls("", [FunctionCall("echo", text.partition("call:")[2])] if "call:" in text else [])
+
+    tool = RecordingTool()
+    context = make_context(make_server(["call:{x: 1}", "sorry"]), tools=[tool])
+    context.tool_parser = LooseParser(tokenizer)
+    output = run_loop(context)
+    text = tokenizer.decode(output.response_ids, skip_special_tokens=False)
+    assert f"{TOOL_ERROR_PREFIX}Invalid JSON in arguments for 'echo'" in text and not tool.executed
+    assert output.metrics.num_failed_tool_calls == 1
+
+
+def test_the_conversation_keeps_the_models_call_ids_on_the_call_and_on_its_tool_response(make_server, make_context):
+    class IdParser(ToolParser):
+        """`echo:ID` calls echo with the model's call id ID."""
+
+        def parse(self, text, tools=None):
+            calls = [FunctionCall.of("echo", {"x": "1"}, tool_call_id=text.split(":")[1])] if "echo:" in text else []
+            return ParsedToolCalls(text.split("echo:")[0], calls)
+
+    class Recording(BaseInteraction):
+        async def generate_response(self, instance_id, messages, **kwargs):
+            self.seen = [dict(message) for message in messages]
+            return True, "", 0.0, {}
+
+    interaction = Recording("recording")
+    context = make_context(make_server(["Let me see. echo:call-7", "done"]), tools=[RecordingTool()])
+    context.tool_parser, context.interactions = IdParser(None), {"recording": interaction}
+    run_loop(context, interaction_kwargs={"name": "recording"})
+    assistant, tool = interaction.seen[-3], interaction.seen[-2]
+    assert assistant["content"] == "Let me see. " and assistant["tool_calls"][0]["id"] == "call-7"
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call-7"

@@ -58,3 +58,31 @@ def test_chunks_that_do_not_divide_the_training_batch_are_a_problem():
 def test_features_that_generate_synchronously_are_refused_in_asynchronous_modes(override, named):
     problems = _problems([*SPLIT, "async_training.mode=one_step_off", override])
     assert any(named in p and "async_training.mode=sync" in p for p in problems)
+
+
+@pytest.mark.parametrize("mode", ["one_step_off", "fully_async"])
+def test_agent_loops_load_in_the_asynchronous_modes(mode):
+    agent = ["actor_rollout_ref.rollout.multi_turn.enable=True", "data.return_raw_chat=True"]
+    config = load_config([*SPLIT, f"async_training.mode={mode}", *agent])
+    assert config.async_training.chunk_prompts == 1 and config.actor_rollout_ref.rollout.multi_turn.enable
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["async_training.mode=fully_async", "async_training.chunk_prompts=2"], "async_training.chunk_prompts=2"),
+        (["async_training.mode=fully_async", "actor_rollout_ref.rollout.name=hf"], "rollout.name='hf'"),
+    ],
+)
+def test_agent_loops_in_an_asynchronous_mode_refuse_what_they_cannot_schedule(overrides, named):
+    problems = _problems(
+        [*SPLIT, "actor_rollout_ref.rollout.multi_turn.enable=True", "data.return_raw_chat=True", *overrides]
+    )
+    assert any(named in p and "Fix:" in p for p in problems)
+
+
+def test_a_rollout_pool_sharing_the_training_devices_must_have_the_training_pools_size():
+    config = load_config([*SPLIT, "trainer.rollout_shares_devices=True"])
+    assert config.trainer.rollout_shares_devices
+    problems = _problems([*SPLIT, "trainer.rollout_shares_devices=True", "trainer.rollout_n_gpus_per_node=2"])
+    assert any("trainer.rollout_shares_devices=True" in p and "rollout_n_gpus_per_node" in p for p in problems)

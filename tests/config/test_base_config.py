@@ -1,5 +1,6 @@
 """BaseConfig: a config dataclass read like a dict, as verl's configs are."""
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -34,3 +35,23 @@ def test_a_missing_key_names_the_keys_there_are():
 def test_a_key_that_is_not_a_string_is_a_type_error():
     with pytest.raises(TypeError, match="strings"):
         LossConfig()[0]
+
+
+@dataclass
+class FrozenLossConfig(BaseConfig):
+    _mutable_fields = frozenset({"beta"})
+
+    beta: float = 0.1
+    mode: str = "dro"
+
+    def __post_init__(self) -> None:
+        self.mode = self.mode.lower()  # before _freeze: still assignable
+        self._freeze()
+
+
+def test_a_class_naming_its_mutable_fields_freezes_the_others_once_built():
+    config = FrozenLossConfig(mode="DRO")
+    config.beta = 0.3
+    with pytest.raises(dataclasses.FrozenInstanceError, match=r"FrozenLossConfig.mode is frozen.*\['beta'\]"):
+        config.mode = "gspo"
+    assert config.mode == "dro" and config.beta == 0.3

@@ -76,7 +76,7 @@ def test_global_and_per_device_micro_batch_sizes_together_are_rejected():
         ["actor_rollout_ref.actor.ppo_micro_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"]
     )
 
-    assert "are both set" in problem
+    assert "You have set both" in problem and "they say the same thing" in problem
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "grpo_passk", "reinforce_plus_plus_baseline", "opo", "gpg"])
@@ -128,6 +128,13 @@ def test_tensor_parallel_size_must_divide_the_devices():
     (problem,) = _problems(["actor_rollout_ref.rollout.tensor_model_parallel_size=2"])
 
     assert "tensor_model_parallel_size=2 must divide the number of devices 1" in problem
+
+
+def test_a_tensor_parallel_engine_may_not_span_two_nodes():
+    overrides = ["trainer.backend=ray", "trainer.nnodes=2", "trainer.n_gpus_per_node=2"]
+    (problem,) = _problems([*overrides, "actor_rollout_ref.rollout.tensor_model_parallel_size=4"])
+
+    assert "must divide trainer.n_gpus_per_node=2, so that no engine spans two nodes" in problem
 
 
 def test_multi_turn_rollouts_need_tensor_parallel_size_one():

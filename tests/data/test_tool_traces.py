@@ -57,4 +57,4 @@ def test_sft_tokens_of_a_trace_equal_the_agent_loops_tokens_and_train_only_the_m
     expected_mask = [0] * len(prompt) + [1] * len(first_turn) + [0] * len(tool_delta) + [1] * len(second_turn)
     assert sft_mask[: len(loop_ids)] == expected_mask
     parsed = ToolParser.get("hermes", tokenizer).parse(tokenizer.decode(first_turn[:-1]))
-    assert [(c.name, c.arguments) for c in parsed.calls] == [("calculator", call)]
+    assert [(c.name, c.arguments_dict()) for c in parsed.calls] == [("calculator", call)]

@@ -11,7 +11,7 @@ from hyflow import fields as F
 from hyflow.config.data import DataConfig
 from hyflow.data.dataset import RLHFDataset
 from hyflow.data.multimodal import image_features
-from hyflow.data.video import video_features
+from hyflow.data.video import DEFAULT_FPS, video_features
 from hyflow.models.multimodal import mm_token_type_ids
 from hyflow.models.processor import load_processor
 from hyflow.models.tiny_vlm import VIDEO_PAD, build_tiny_vlm
@@ -66,7 +66,9 @@ def test_a_video_of_frames_gives_its_grid_and_one_pad_per_merged_patch(write_row
     assert inputs["video_grid_thw"].tolist() == [[2, 4, 4]]  # 4 frames -> 2 temporal patches of 4x4 patches
     assert inputs["pixel_values_videos"].shape[0] == 32
     assert int((item[F.INPUT_IDS] == processor.tokenizer.convert_tokens_to_ids(VIDEO_PAD)).sum()) == 8
-    assert len(item[F.MULTI_MODAL_DATA]["video"][0]) == 4
+    video = item[F.MULTI_MODAL_DATA]["video"][0]
+    assert len(video.frames) == 4 and video.fps == DEFAULT_FPS
+    assert "second_per_grid_ts" not in inputs  # Qwen2-VL's positions count temporal patches, not seconds
 
 
 def test_a_gif_file_decodes_to_the_same_inputs_as_its_frames(write_rows, processor, tmp_path):
@@ -131,4 +133,46 @@ def test_a_video_without_its_placeholder_fails_at_load(write_rows, processor):
 def test_undecodable_video_bytes_fail_at_load(write_rows, processor):
     row = video_row([{"bytes": b"not a video", "path": None}])
     with pytest.raises(ValueError, match=r"column 'videos': video 0 cannot be decoded"):
+        load(write_rows([row]), processor)
+
+
+@pytest.fixture(scope="module")
+def qwen25_path(tmp_path_factory):
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-qwen2.5-vl"), arch="qwen2_5_vl")
+
+
+@pytest.mark.parametrize(
+    ("video", "seconds"),
+    [
+        ([png(frame(c)) for c in COLORS], 2 / DEFAULT_FPS),  # frames at the default 2 fps: 1 s per temporal patch
+        ({"video": [png(frame(c)) for c in COLORS], "fps": 4.0}, 0.5),  # verl's form with its frame rate
+        (gif([frame(c) for c in COLORS]), 0.2),  # the GIF's 100 ms per frame: 10 fps
+    ],
+)
+def test_qwen25_vl_video_positions_are_scaled_by_seconds_per_temporal_patch_as_the_models(
+    write_rows, qwen25_path, video, seconds
+):
+    processor = load_processor(qwen25_path)
+    row = video_row([video], content="<image>then<video>?", images=[png(frame(COLORS[0]))])
+    item = load(write_rows([row]), processor)[0]
+    model = AutoModelForImageTextToText.from_pretrained(qwen25_path)
+    input_ids, mask, inputs = item[F.INPUT_IDS][None], item[F.ATTENTION_MASK][None], item[F.MULTI_MODAL_INPUTS]
+    torch.testing.assert_close(inputs["second_per_grid_ts"], torch.tensor([seconds]))
+    expected, _ = model.model.get_rope_index(
+        input_ids,
+        mm_token_type_ids(input_ids, model.config),
+        inputs["image_grid_thw"],
+        inputs["video_grid_thw"],
+        second_per_grid_ts=inputs["second_per_grid_ts"],
+        attention_mask=mask,
+    )
+    assert torch.equal(item[F.POSITION_IDS], expected[:, 0])
+    video_rows = item[F.POSITION_IDS][0, item[F.INPUT_IDS] == model.config.video_token_id]
+    start, step = video_rows[0].item(), int(model.config.vision_config.tokens_per_second * seconds)
+    assert video_rows.unique().tolist() == sorted({start, start + step})  # the second temporal patch, step later
+
+
+def test_a_video_fps_that_is_not_a_positive_number_fails_at_load(write_rows, processor):
+    row = video_row([{"video": [png(frame(COLORS[0]))], "fps": 0.0}])
+    with pytest.raises(ValueError, match=r"row 0, column 'videos': video 0 has fps=0.0"):
         load(write_rows([row]), processor)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hyflow.engine.attention import AttentionMetadata
-from hyflow.engine.models import is_supported, load_model
+from hyflow.engine.models import is_supported, iter_safetensors, load_model, tp_weight_slices
+from hyflow.engine.models.llama import DecoderArgs
 
 from .engine_testkit import make_tiny_hf_model
 
@@ -89,6 +90,19 @@ def test_engine_model_loads_from_a_safetensors_folder(tmp_path):
     with torch.no_grad():
         expected = hf(torch.tensor([[3, 4, 5]])).logits[0]
     torch.testing.assert_close(_full_prefill_logits(ours, [[3, 4, 5]])[0], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_tp_rank_reads_only_its_slice_of_each_weight_from_a_safetensors_folder(tmp_path):
+    make_tiny_hf_model("llama", vocab_size=95).save_pretrained(tmp_path)
+    full = dict(iter_safetensors(str(tmp_path)))
+    for rank in (0, 1):
+        args = DecoderArgs.from_hf(make_tiny_hf_model("llama", vocab_size=95).config, "llama", 32).sharded(2, rank)
+        own = {name: (tp_weight_slices(args, name) or [None, None])[rank] for name in full}
+        read = dict(iter_safetensors(str(tmp_path), slice_of=own.get))
+        assert read.keys() == full.keys() and any(piece is not None for piece in own.values())
+        for name, tensor in full.items():
+            expected = tensor if own[name] is None else own[name].take(tensor)
+            assert torch.equal(read[name], expected), name
 
 
 def test_unknown_architecture_is_reported_unsupported():

@@ -22,13 +22,9 @@ def vlm(tmp_path_factory):
 def test_mrope_positions_and_decode_offset_equal_transformers_rope_index(vlm):
     model, processor, _ = vlm
     inputs = image_prompt(processor, [random_image(0), random_image(1, size=(56, 112))], "Which is taller?")
-    grids = [tuple(grid) for grid in inputs["image_grid_thw"].tolist()]
-    positions, delta = mrope_positions(
-        inputs["input_ids"][0].tolist(),
-        grids,
-        model.config.image_token_id,
-        model.config.vision_config.spatial_merge_size,
-    )
+    grids = {model.config.image_token_id: [tuple(grid) for grid in inputs["image_grid_thw"].tolist()]}
+    merge_size = model.config.vision_config.spatial_merge_size
+    positions, delta = mrope_positions(inputs["input_ids"][0].tolist(), grids, merge_size)
     expected, expected_delta = model.model.get_rope_index(
         inputs["input_ids"], inputs["mm_token_type_ids"], image_grid_thw=inputs["image_grid_thw"]
     )

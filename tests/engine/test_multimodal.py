@@ -8,7 +8,7 @@ import torch
 
 from hyflow.engine.block_manager import BlockManager
 from hyflow.engine.config import SamplingParams
-from hyflow.engine.multimodal import prompt_images
+from hyflow.engine.multimodal import VisionSpec, prompt_images
 from hyflow.engine.sequence import Sequence
 
 from .vlm_testkit import (
@@ -60,7 +60,7 @@ def test_greedy_tokens_equal_transformers_generate_for_two_images_behind_the_sam
 
 
 def _sequence(prompt: list[int], images: dict, config) -> Sequence:
-    view = prompt_images(prompt, images, config.image_token_id, config.vision_config.spatial_merge_size, "r")
+    view = prompt_images(prompt, images, VisionSpec.from_hf_config(config), "r")
     return Sequence("r", prompt, GREEDY, 0, images=view)
 
 
@@ -119,8 +119,11 @@ def test_images_that_do_not_match_the_prompt_are_refused_naming_the_request(vlm)
         engine.add_request(one_pad_less, GREEDY, "short", multi_modal_inputs=images)
     with pytest.raises(ValueError, match=r"request 'bare'.*image_grid_thw"):
         engine.add_request(prompt, GREEDY, "bare", multi_modal_inputs={"pixel_values": images["pixel_values"]})
-    video = {"pixel_values_videos": images["pixel_values"], "video_grid_thw": images["image_grid_thw"]}
-    with pytest.raises(ValueError, match=r"request 'video'.*videos.*rollout.name=hf"):
+    video = {"pixel_values_videos": images["pixel_values"]}
+    with pytest.raises(ValueError, match=r"request 'video'.*lacks \['video_grid_thw'\]"):
+        engine.add_request(prompt, GREEDY, "video", multi_modal_inputs=video)
+    video["video_grid_thw"] = images["image_grid_thw"]
+    with pytest.raises(ValueError, match=r"request 'video'.*0 video pad tokens .* need 6"):
         engine.add_request(prompt, GREEDY, "video", multi_modal_inputs=video)
     assert not engine.has_unfinished_requests()
 

@@ -20,7 +20,7 @@ from hyflow.config.actor_rollout_ref import ActorRolloutRefConfig, RolloutConfig
 from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.engine import LLMEngine
 from hyflow.engine.models import build_model
-from hyflow.engine.parallel import ShardLayout, TensorParallel
+from hyflow.engine.parallel import EnginePlacement, ShardLayout, TensorParallel
 from hyflow.models.tiny import build_tiny_model
 from hyflow.protocol import DataProto
 from hyflow.rollout.worker_rollout import EngineRollout
@@ -291,6 +291,16 @@ def test_shard_layout_gives_each_rank_the_kv_heads_its_query_heads_read():
         (6, 3, 3),
         (9, 3, 1),
     ]
+
+
+def test_engine_placement_puts_each_engine_on_consecutive_ranks():
+    placement = EnginePlacement(world_size=8, tp_size=4)
+    assert placement.num_engines == 2 and placement.ranks_of(1) == [4, 5, 6, 7]
+    assert [placement.engine_of(rank) for rank in range(8)] == [0] * 4 + [1] * 4
+    assert [placement.tp_rank_of(rank) for rank in range(8)] == [0, 1, 2, 3] * 2
+    assert EnginePlacement(world_size=8).num_engines == 8  # one engine per device
+    with pytest.raises(ValueError, match=r"tensor_model_parallel_size=4 must divide .* 6; pick one of \[1, 2, 3, 6\]"):
+        EnginePlacement(world_size=6, tp_size=4)
 
 
 def test_tensor_parallel_without_a_process_group_is_a_clear_error():

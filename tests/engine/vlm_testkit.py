@@ -39,6 +39,28 @@ def image_prompt(processor, images: list[Image.Image], text: str = "What is in t
     return processor(text=[chat], images=images or None, return_tensors="pt")
 
 
+def video_prompt(processor, frames: list[Image.Image], fps: float = 2.0, image: Image.Image | None = None) -> dict:
+    """transformers' inputs for a one-turn chat prompt with (an image and) a video of `frames` at `fps` before the
+    question, through hyflow's video path (the tiny processor has no video processor): input_ids (1, P),
+    pixel_values_videos, video_grid_thw (for Qwen2.5-VL second_per_grid_ts), mm_token_type_ids."""
+    from hyflow.data.multimodal import process_prompt
+    from hyflow.data.video import Video
+
+    content = [{"type": "image"}] if image is not None else []
+    content += [{"type": "video"}, {"type": "text", "text": "What happens?"}]
+    chat = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+    ids, inputs = process_prompt(processor, chat, [image] if image is not None else [], [Video(frames, fps)])
+    input_ids = torch.tensor([ids])
+    types = (input_ids == processor.image_token_id).long() + 2 * (input_ids == processor.video_token_id).long()
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "mm_token_type_ids": types, **inputs}
+
+
+def vision_engine_inputs(inputs: dict) -> tuple[list[int], dict[str, torch.Tensor]]:
+    """(prompt ids, multi_modal_inputs) of a processed prompt with images and/or videos, as the engine takes them."""
+    keys = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+    return inputs["input_ids"][0].tolist(), {key: inputs[key] for key in keys if key in inputs}
+
+
 def engine_inputs(inputs: dict) -> tuple[list[int], dict[str, torch.Tensor]]:
     """(prompt ids, multi_modal_inputs) of one processed prompt, as the engine takes them."""
     return inputs["input_ids"][0].tolist(), {key: inputs[key] for key in ("pixel_values", "image_grid_thw")}

@@ -37,3 +37,38 @@ def test_copying_ports_every_test_file_under_a_folder(tmp_path):
     copied = load_script().copy_tests(verl, ["tests/unit"], tmp_path / "work")
     assert [p.name for p in copied] == ["test_a.py"]
     assert (tmp_path / "work" / "tests" / "unit" / "helpers.py").read_text() == "import hyflow.protocol\n"
+
+
+def test_copying_one_file_brings_the_package_markers_above_it(tmp_path):
+    verl = tmp_path / "verl"
+    (verl / "tests" / "tools").mkdir(parents=True)
+    (verl / "tests" / "__init__.py").write_text("")
+    (verl / "tests" / "tools" / "__init__.py").write_text("import verl.protocol\n")
+    (verl / "tests" / "tools" / "test_b.py").write_text("")
+    load_script().copy_tests(verl, ["tests/tools/test_b.py"], tmp_path / "work")
+    assert (tmp_path / "work" / "tests" / "__init__.py").read_text() == ""
+    assert (tmp_path / "work" / "tests" / "tools" / "__init__.py").read_text() == "import hyflow.protocol\n"
+
+
+def _resolve(dotted: str):
+    import importlib
+
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError:
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+def test_every_hyflow_name_of_the_table_exists():
+    for _, target in load_script().MODULES:
+        if not target.startswith("from "):  # whole import statements, e.g. `from hyflow.utils import ...`
+            assert _resolve(target) is not None, target
+
+
+def test_target_strings_of_verl_configs_point_at_hyflows_classes():
+    ported = load_script().port_source('{"_target_": "verl.workers.config.FSDPActorConfig"}')
+    target = ported.split('"')[3]
+    from hyflow.config.verl_workers import FSDPActorConfig
+
+    assert _resolve(target) is FSDPActorConfig

@@ -120,3 +120,11 @@ def test_a_resumed_fully_async_run_continues_from_the_loader_position_of_its_las
     resumed = run(assets, tmp_path, *overrides, "trainer.total_training_steps=3")
     assert [step["training/global_step"] for step in resumed[-1:]] == [3.0]
     assert resumed[-1]["async/staleness_max"] <= 2
+
+
+@pytest.mark.slow
+def test_a_rollout_pool_sharing_the_training_devices_reproduces_the_colocated_run_exactly(colocated, assets, tmp_path):
+    shared = run(assets, tmp_path, *SPLIT, "trainer.rollout_shares_devices=True", "trainer.total_training_steps=3")
+
+    assert comparable(shared) == comparable(colocated)
+    assert all(step["rollout/weight_transfer_gb"] > 0 for step in shared)  # still its own process: weights cross

@@ -93,31 +93,31 @@ def _png(color, size=(56, 56)):
     return {"bytes": buffer.getvalue(), "path": None}
 
 
-@pytest.fixture(scope="session")
-def video_batch(vlm_path, tmp_path_factory):
-    """4 rows: a 4-frame video, a 3-frame video with an image, a 2-frame video, text only; random responses, in
-    the layout the rollout hands the actor (M-RoPE positions, per-row multi_modal_inputs with video inputs)."""
+def _video_batch(model_path, folder):
+    """4 rows: a 4-frame video, a 3-frame video with an image, a 2-frame video at 1 fps, text only; random
+    responses, in the layout the rollout hands the actor (M-RoPE positions, per-row multi_modal_inputs with video
+    inputs, through the processor of `model_path`)."""
     from hyflow.data.prepare import write_parquet
 
     colors = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (250, 250, 0)]
     contents = [
-        ("<video>What moves?", 4, 0),
-        ("<image>and<video>?", 3, 1),
-        ("<video>Which colour?", 2, 0),
-        ("Hi", 0, 0),
+        ("<video>What moves?", 4, 0, 2.0),
+        ("<image>and<video>?", 3, 1, 2.0),
+        ("<video>Which colour?", 2, 0, 1.0),
+        ("Hi", 0, 0, 2.0),
     ]
     rows = []
-    for content, num_frames, num_images in contents:
+    for content, num_frames, num_images, fps in contents:
         rows.append({
             "data_source": "clips",
             "prompt": [{"role": "user", "content": content}],
-            "videos": [[_png(c) for c in colors[:num_frames]]] if num_frames else [],
+            "videos": [{"video": [_png(c) for c in colors[:num_frames]], "fps": fps}] if num_frames else [],
             "images": [_png(colors[3], (84, 56))] * num_images,
             "reward_model": {"style": "rule", "ground_truth": "red"},
         })  # fmt: skip
-    path = str(tmp_path_factory.mktemp("clips") / "clips.parquet")
+    path = str(folder / "clips.parquet")
     write_parquet(rows, path)
-    processor = load_processor(vlm_path)
+    processor = load_processor(model_path)
     dataset = RLHFDataset(path, processor.tokenizer, DataConfig(max_prompt_length=64), processor)
     prompts = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
     generator = torch.Generator().manual_seed(1)
@@ -127,3 +127,20 @@ def video_batch(vlm_path, tmp_path_factory):
     )
     data.batch[F.ADVANTAGES] = torch.randn(4, IMAGE_RESPONSE_LENGTH, generator=generator)
     return data
+
+
+@pytest.fixture(scope="session")
+def video_batch(vlm_path, tmp_path_factory):
+    """`_video_batch` of the tiny Qwen2-VL."""
+    return _video_batch(vlm_path, tmp_path_factory.mktemp("clips"))
+
+
+@pytest.fixture(scope="session")
+def qwen25_vlm_path(tmp_path_factory):
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-qwen2.5-vl"), arch="qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def qwen25_video_batch(qwen25_vlm_path, tmp_path_factory):
+    """`_video_batch` of the tiny Qwen2.5-VL: its rows carry second_per_grid_ts, its positions are time-scaled."""
+    return _video_batch(qwen25_vlm_path, tmp_path_factory.mktemp("clips-qwen2.5"))

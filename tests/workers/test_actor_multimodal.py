@@ -95,7 +95,21 @@ def test_a_packed_update_on_image_rows_equals_the_padded_update(vlm_path, image_
         torch.testing.assert_close(value, states[1][name], rtol=1e-4, atol=1e-4, msg=name)
 
 
-def test_videos_on_a_qwen2_5_vl_are_refused_with_the_reason(tmp_path, video_batch):
-    path = build_tiny_vlm(tmp_path / "qwen2.5-vl", arch="qwen2_5_vl")
-    with pytest.raises(ValueError, match=r"video M-RoPE positions for \['qwen2_vl'\] only.*data\.video_key"):
-        build_actor(path).compute_log_prob(video_batch, ForwardSettings(micro_batch_size=4))
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_log_probs_with_videos_on_a_qwen2_5_vl_equal_a_plain_transformers_forward(
+    qwen25_vlm_path, qwen25_video_batch, remove_padding
+):
+    """Qwen2.5-VL's video positions are spaced by time (tokens_per_second x second_per_grid_ts): the actor reads
+    the dataset's positions, the plain forward computes its own from second_per_grid_ts."""
+    actor = build_actor(qwen25_vlm_path, remove_padding=remove_padding)
+    log_probs, _ = actor.compute_log_prob(qwen25_video_batch, ForwardSettings(micro_batch_size=3))
+    expected = plain_transformers_log_probs(qwen25_vlm_path, qwen25_video_batch)
+    torch.testing.assert_close(log_probs, expected, rtol=1e-4, atol=1e-4)
+    seconds = [row.get("second_per_grid_ts") for row in qwen25_video_batch.non_tensor_batch[F.MULTI_MODAL_INPUTS]]
+    assert [None if s is None else s.tolist() for s in seconds] == [[1.0], [1.0], [2.0], None]
+
+
+def test_qwen2_5_vl_videos_without_their_seconds_per_patch_are_refused_with_the_reason(qwen25_vlm_path, video_batch):
+    match = r"videos for model_type='qwen2_5_vl' but no second_per_grid_ts.*load_processor"
+    with pytest.raises(ValueError, match=match):
+        build_actor(qwen25_vlm_path).compute_log_prob(video_batch, ForwardSettings(micro_batch_size=4))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hyflow.controller.worker import free_port
-from hyflow.workers.pool_transfer import WeightChannel
+from hyflow.workers.pool_transfer import WeightChannel, channel_backend
 
 from .distributed import run_ranks
 
@@ -25,6 +25,7 @@ def weights() -> list[tuple[str, torch.Tensor]]:
 
 def transfer(rank: int, port: int, bucket_sizes: list[int]):
     channel = WeightChannel.join("127.0.0.1", port, rank, world_size=3)
+    assert channel.backend == "gloo" and channel.device.type == "cpu"  # CPU processes: buckets in host memory
     results = []
     for bucket_bytes in bucket_sizes:
         if rank == 0:
@@ -48,3 +49,20 @@ def test_every_rollout_rank_receives_the_senders_tensors_exactly_for_any_bucket_
     assert [stats.num_buckets for stats in sender] == [5, 3, 1]
     assert all(stats.num_tensors == 5 for stats in sender)
     assert sender[0].num_bytes == sum(t.numel() * t.element_size() for _, t in expected)
+
+
+@pytest.mark.parametrize(
+    ("identities", "backend"),
+    [
+        (["cpu", "cpu", "cpu"], "gloo"),
+        (["cuda:GPU-a", "cpu"], "gloo"),  # one member without a GPU
+        (["cuda:GPU-a", "cuda:GPU-a"], "gloo"),  # pools sharing one GPU: NCCL refuses two ranks on a device
+    ],
+)
+def test_the_channel_falls_back_to_gloo_unless_every_member_has_a_gpu_of_its_own(identities, backend):
+    assert channel_backend(identities) == backend
+
+
+def test_members_on_distinct_gpus_use_nccl_where_torch_has_it(monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    assert channel_backend(["cuda:GPU-a", "cuda:GPU-b", "cuda:GPU-c"]) == "nccl"

@@ -5,9 +5,14 @@ A tool is declared with its OpenAI function schema, which the chat template show
     {"type": "function", "function": {"name": "calculator", "description": "...",
      "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
 
-Lifecycle inside one episode: `create` once (with the sample's `tools_kwargs[name]["create_kwargs"]`), `execute` per
-call, `calc_reward` at the end, `release` always (also when the episode fails). Settings come from the tool's
-`config_class` dataclass, built from the YAML `config:` mapping with unknown keys rejected.
+`tool.tool_schema` holds it as an `OpenAIFunctionToolSchema` (`hyflow.agent.tools.schemas`, verl's type), checked
+when the tool is built. Lifecycle inside one episode: `create` once (with the sample's
+`tools_kwargs[name]["create_kwargs"]`; it returns `(instance_id, ToolResponse)` as in verl 0.9), `execute` per call,
+`calc_reward` at the end, `release` always (also when the episode fails).
+
+Settings: a tool that sets `config_class` (a dataclass; all of hyflow's do) gets its YAML `config:` mapping as that
+dataclass, unknown keys rejected. A tool that does not (a verl tool) gets the mapping as a plain dict, as in verl.
+Either way `config.timeout` (default 30 s) becomes `tool.timeout`, the cut-off of one `execute`.
 """
 
 from __future__ import annotations
@@ -20,19 +25,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+__all__ = ["BaseTool", "ToolConfig", "ToolResponse", "missing_arguments", "validate_tool_schema"]
+
 JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-@dataclass
-class ToolResponse:
-    """What a tool call returns to the conversation: `text`, and `image` (PIL images, `{"bytes", "path"}` or file
-    paths), which a vision-language model sees in front of the text (`hyflow.agent.vision`; a text-only model's loop
-    drops them with a warning). `video` is accepted so that verl tools load, and dropped with a warning."""
-
-    text: str | None = None
-    image: list[Any] | None = None
-    video: list[Any] | None = None
+DEFAULT_TIMEOUT = 30.0
 
 
 @dataclass
@@ -40,7 +39,7 @@ class ToolConfig:
     """Settings every tool has. Subclass it (as a dataclass) to add a tool's own settings."""
 
     type: str = "native"  # verl compatibility; hyflow tools are always in-process ("native")
-    timeout: float = 30.0  # seconds one `execute` may take before it is cut off
+    timeout: float = DEFAULT_TIMEOUT  # seconds one `execute` may take before it is cut off
 
 
 def build_config(config_class: type, values: dict[str, Any] | None, where: str) -> Any:
@@ -90,48 +89,67 @@ def validate_tool_schema(schema: Any) -> dict[str, Any]:
     return schema
 
 
+def as_schema_model(schema: dict[str, Any] | OpenAIFunctionToolSchema) -> OpenAIFunctionToolSchema:
+    """The schema as an `OpenAIFunctionToolSchema`: a model is kept as it is, a dict is checked first."""
+    if isinstance(schema, OpenAIFunctionToolSchema):
+        return schema
+    return OpenAIFunctionToolSchema.model_validate(validate_tool_schema(schema))
+
+
+def missing_arguments(schema: OpenAIFunctionToolSchema, arguments: dict[str, Any]) -> list[str]:
+    """Required parameters of the schema that a call left out."""
+    return [key for key in schema.function.parameters.required if key not in arguments]
+
+
 class BaseTool(ABC):
     """A tool the model can call. Subclasses implement `execute`; override the other hooks when they hold state.
 
-    `config_class` is the dataclass of the tool's settings; `default_schema` lets a YAML entry omit
-    `tool_schema`. `self.name` is the function name in the schema, the name the model calls. A tool that works on
-    the sample's images sets `takes_images = True`.
+    `config_class` is the dataclass of the tool's settings (None: a plain dict, verl's contract);
+    `default_schema` lets a YAML entry omit `tool_schema`. `self.name` is the function name in the schema, the name
+    the model calls. A tool that works on the sample's images sets `takes_images = True`.
     """
 
-    config_class: ClassVar[type] = ToolConfig
+    config_class: ClassVar[type | None] = None
     default_schema: ClassVar[dict[str, Any] | None] = None
     takes_images: ClassVar[bool] = False  # True: `create` gets the prompt's images as `image_data=[PIL images]`
 
-    def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | Any | None = None) -> None:
-        self.config = build_config(self.config_class, config, where=f"tool {type(self).__name__}")
+    def __init__(
+        self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | OpenAIFunctionToolSchema | None = None
+    ) -> None:
+        where = f"tool {type(self).__name__}"
+        if self.config_class is None:
+            self.config: Any = dict(config or {})
+            timeout = self.config.get("timeout", DEFAULT_TIMEOUT)
+        else:
+            self.config = build_config(self.config_class, config, where=where)
+            timeout = getattr(self.config, "timeout", DEFAULT_TIMEOUT)
+        if not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(f"{where}: config timeout={timeout!r} must be a positive number of seconds.")
+        self.timeout = float(timeout)
         schema = tool_schema if tool_schema is not None else self.default_schema
-        if hasattr(schema, "model_dump"):  # an OpenAIFunctionToolSchema (hyflow.agent.tools.schemas)
-            schema = schema.model_dump(exclude_none=True)
         if schema is None:
             raise ValueError(
-                f"tool {type(self).__name__} has no tool_schema: add a `tool_schema:` to its entry in the tool config "
-                "YAML (OpenAI function format)."
+                f"{where} has no tool_schema: add a `tool_schema:` to its entry in the tool config YAML (OpenAI "
+                "function format)."
             )
-        self.tool_schema = validate_tool_schema(schema)
-        self.name: str = self.tool_schema["function"]["name"]
+        self.tool_schema = as_schema_model(schema)
+        self.name: str = self.tool_schema.function.name
         self.instances: dict[str, dict[str, Any]] = {}
 
-    def get_openai_tool_schema(self) -> Any:
-        """The schema as an `OpenAIFunctionToolSchema` (verl's accessor); `self.tool_schema` is the plain dict."""
-        from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
-
-        return OpenAIFunctionToolSchema.model_validate(self.tool_schema)
+    def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
+        """The schema (verl's accessor)."""
+        return self.tool_schema
 
     def missing_arguments(self, arguments: dict[str, Any]) -> list[str]:
         """Required parameters of the schema that a call left out."""
-        parameters = self.tool_schema["function"].get("parameters", {})
-        return [key for key in parameters.get("required", []) if key not in arguments]
+        return missing_arguments(self.tool_schema, arguments)
 
-    async def create(self, instance_id: str | None = None, **kwargs: Any) -> str:
-        """Start one episode's instance of the tool; `kwargs` are the sample's create_kwargs. Returns its id."""
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+        """Start one episode's instance of the tool; `kwargs` are the sample's create_kwargs (kept in
+        `self.instances[instance_id]`). Returns (its id, a creation response: empty here)."""
         instance_id = instance_id or uuid.uuid4().hex
         self.instances[instance_id] = dict(kwargs)
-        return instance_id
+        return instance_id, ToolResponse()
 
     @abstractmethod
     async def execute(

@@ -15,7 +15,7 @@ import math
 import operator
 from typing import Any
 
-from hyflow.agent.tools.base import BaseTool, ToolResponse
+from hyflow.agent.tools.base import BaseTool, ToolConfig, ToolResponse
 
 MAX_EXPONENT = 64
 MAX_ABS_RESULT = 1e100
@@ -83,6 +83,7 @@ def format_number(value: int | float) -> str:
 class CalculatorTool(BaseTool):
     """Arithmetic on demand; a bad expression comes back as an error message the model can read."""
 
+    config_class = ToolConfig
     default_schema = {
         "type": "function",
         "function": {

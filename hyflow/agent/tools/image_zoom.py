@@ -85,7 +85,7 @@ class ImageZoomTool(BaseTool):
     default_schema = SCHEMA
     takes_images = True
 
-    async def create(self, instance_id: str | None = None, **kwargs: Any) -> str:
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
         images = list(kwargs.pop("image_data", None) or [])
         if kwargs.get("image") is not None:  # verl's create_kwargs
             images = [kwargs.pop("image")]

@@ -9,22 +9,23 @@
 
 `tool_schema` may be left out for tools that define a `default_schema` (all built-ins do).
 
-`load_all_tools(tool_config_path, function_tool_path)` adds the `@function_tool` functions of a Python file to the
-YAML's tools (verl's loader of the same name); a name both declare is an error naming both files.
+`load_all_tools(tool_config_path, function_tool_path)` adds the `@function_tool` functions of a Python file
+(`FunctionTool` records, hyflow.agent.tools.function_tool) to the YAML's tools, as verl's loader of the same name
+does; a name both declare is an error naming both files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import importlib.util
 import os
-import sys
 from typing import Any
 
 import yaml
 
 from hyflow.agent.tools.base import BaseTool
+from hyflow.agent.tools.function_tool import FunctionTool, load_function_tools_from_path
+
+Tool = BaseTool | FunctionTool  # what the agent loop calls: a stateful tool class, or a stateless function
 
 BUILTIN_TOOLS: dict[str, str] = {
     "calculator": "hyflow.agent.tools.calculator.CalculatorTool",
@@ -88,39 +89,19 @@ def initialize_tools_from_config(path: str | os.PathLike) -> list[BaseTool]:
     return tools_from_entries(read_yaml_list(path, "tools", key), where=f"{key}={os.fspath(path)!r}")
 
 
-def function_tools_from_path(path: str | os.PathLike) -> list[BaseTool]:
-    """One instance of each `@function_tool` tool defined in the Python file `path` (relative to the cwd)."""
-    path = os.path.abspath(os.fspath(path))
-    if not os.path.isfile(path):
-        raise ValueError(
-            f"function_tool_path={path!r} is not a file; point it at a .py file of @function_tool functions."
-        )
-    module_name = f"hyflow_function_tools_{hashlib.sha1(path.encode()).hexdigest()[:12]}"  # loaded once per file
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    classes = [
-        value
-        for value in vars(module).values()
-        if isinstance(value, type) and issubclass(value, BaseTool) and "function" in vars(value)
-    ]
-    return [cls(config={}) for cls in classes]
-
-
 def load_all_tools(
     tool_config_path: str | os.PathLike | None, function_tool_path: str | os.PathLike | None
-) -> list[BaseTool]:
-    """The YAML's tools followed by the Python file's function tools; every name must be unique across both."""
+) -> list[Tool]:
+    """The YAML's tools (built anew each call) followed by the Python file's function tools (registered once per
+    process); every name must be unique across both."""
     native = initialize_tools_from_config(tool_config_path) if tool_config_path else []
-    functions = function_tools_from_path(function_tool_path) if function_tool_path else []
+    functions = load_function_tools_from_path(function_tool_path) if function_tool_path else []
     taken = {tool.name for tool in native}
     collisions = sorted(tool.name for tool in functions if tool.name in taken)
     if collisions:
         raise ValueError(
-            f"function tools {collisions} in {os.fspath(function_tool_path)!r} have the names of tools declared in "
-            f"{os.fspath(tool_config_path)!r}; each tool name must be unique across both. Rename one of them."
+            f"function tools {collisions} in {os.fspath(function_tool_path)!r} collide with tools declared in "
+            f"{os.fspath(tool_config_path)!r}; each tool name must be unique across tool_config_path and "
+            "function_tool_path. Rename one of them."
         )
     return native + functions

@@ -1,7 +1,9 @@
-"""Typed OpenAI function-tool schemas (pydantic), under the names verl's `verl.tools.schemas` uses.
+"""Typed OpenAI function-tool schemas (pydantic) and `ToolResponse`, under the names of verl's `verl.tools.schemas`.
 
-A tool's schema as a model instead of a dict: it is checked when it is built, and `model_dump()` gives the dict
-that tools, parsers and chat templates read.
+Every tool holds its schema as an `OpenAIFunctionToolSchema` (`tool.tool_schema`); a YAML entry or a
+`default_schema` may give it as a plain dict, which `BaseTool` checks (`validate_tool_schema`, errors that name the
+part) and turns into the model. `tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True)` is the dict a
+chat template reads; a parameter's other JSON-schema keys (`items`, `nullable`, `anyOf`, ...) are kept.
 
     schema = OpenAIFunctionToolSchema(
         type="function",
@@ -23,11 +25,10 @@ them, a JSON string) becomes `OpenAIFunctionCallSchema` (arguments as a dict) th
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
-from hyflow.agent.tools.base import ToolResponse  # verl keeps it in this module; hyflow's lives in base.py
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "OpenAIFunctionCallSchema",
@@ -41,10 +42,26 @@ __all__ = [
 ]
 
 
-class OpenAIFunctionPropertySchema(BaseModel):
-    """One parameter: its JSON type (a list for unions, e.g. ["integer", "number"]), description and choices."""
+@dataclass
+class ToolResponse:
+    """What a tool call returns to the conversation: `text`, `image` (PIL images, `{"bytes", "path"}` or file
+    paths) and `video` (each a list of frames, a GIF / animated WebP file, verl's `{"video": ..., "fps": ...}` or a
+    `hyflow.data.video.Video`), which a vision-language model sees in front of the text, images first
+    (`hyflow.agent.vision`; a text-only model's loop drops them with a warning)."""
 
-    type: str | list[str]
+    text: str | None = None
+    image: list[Any] | None = None
+    video: list[Any] | None = None
+
+
+class OpenAIFunctionPropertySchema(BaseModel):
+    """One parameter: its JSON type (a list for unions, e.g. ["integer", "number"]), description and choices.
+    Other JSON-schema keys (`items`, `nullable`, `anyOf`, ...) are kept as given; `type` may be left out beside
+    `anyOf` or `enum`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str | list[str] | None = None
     description: str | None = None
     enum: list[Any] | None = None  # any JSON values: Literal[1, 2, 3] -> [1, 2, 3]
 

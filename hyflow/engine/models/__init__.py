@@ -9,10 +9,13 @@ A vision-language model (Qwen2-VL, Qwen2.5-VL) is its decoder, built here from `
 transformers' vision tower for the family (vision.py), which the engine runs at prefill.
 
 `is_supported(hf_config)` says whether the engine can run an architecture; others fall back to `rollout.name=hf`.
+`tp_weight_slices(model.args, name)` says which slice of an HF weight each rank of a tensor-parallel model holds (what a
+weight sync sends each rank; `load_weights` takes the full tensor or that slice).
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from collections.abc import Callable, Iterator
@@ -29,8 +32,9 @@ from hyflow.engine.models.vision import (
     decoder_weights,
     has_vision,
     load_vision_tower,
+    route_weight_name,
 )
-from hyflow.engine.parallel import TensorParallel
+from hyflow.engine.parallel import TensorParallel, TensorSlice
 
 # HF architecture name -> decoder family (the switches `DecoderArgs.from_hf` applies).
 ARCHITECTURES: dict[str, str] = {
@@ -58,6 +62,23 @@ def is_supported(hf_config: Any) -> bool:
     return family_of(hf_config) is not None
 
 
+def tp_weight_slices(args: DecoderArgs, name: str) -> list[TensorSlice | None] | None:
+    """For the HF weight `name` (a decoder's or a vision-language model's): the slice of the full tensor that each
+    TP rank of a model of `args` (`model.args`) holds, by TP rank (None where a rank holds all of it); None when
+    every rank holds the whole tensor (norms, the vision tower, a model without tensor parallelism)."""
+    kind, routed = route_weight_name(name)
+    if kind != "decoder" or args.tp_size == 1:
+        return None
+    slices = [args.sharded(args.tp_size, rank).hf_slice(routed) for rank in range(args.tp_size)]
+    return None if all(piece is None for piece in slices) else slices
+
+
+def _own_slice(args: DecoderArgs, name: str) -> TensorSlice | None:
+    """The slice of HF weight `name` that the TP rank of `args` holds (None: all of it)."""
+    slices = tp_weight_slices(args, name)
+    return None if slices is None else slices[args.tp_rank]
+
+
 def build_model(
     hf_config: Any,
     max_positions: int,
@@ -83,9 +104,14 @@ def build_model(
     return model.eval().requires_grad_(False)
 
 
-def iter_safetensors(path: str, keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_safetensors(
+    path: str,
+    keep: Callable[[str], bool] | None = None,
+    slice_of: Callable[[str], TensorSlice | None] | None = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every tensor in the `*.safetensors` files of a Hugging Face folder (whose name `keep`
-    accepts: the others are not read)."""
+    accepts: the others are not read); with `slice_of`, only the slice of each tensor it names is read (a TP rank's
+    part: the rest never leaves the file)."""
     from safetensors import safe_open
 
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
@@ -97,8 +123,14 @@ def iter_safetensors(path: str, keep: Callable[[str], bool] | None = None) -> It
     for file in files:
         with safe_open(file, framework="pt") as handle:
             for name in handle.keys():  # noqa: SIM118 (safe_open handles are not dicts)
-                if keep is None or keep(name):
+                if keep is not None and not keep(name):
+                    continue
+                piece = None if slice_of is None else slice_of(name)
+                if piece is None:
                     yield name, handle.get_tensor(name)
+                else:
+                    index = (slice(None),) * piece.dim + (slice(piece.start, piece.start + piece.length),)
+                    yield name, handle.get_slice(name)[index]
 
 
 def load_model(
@@ -109,15 +141,19 @@ def load_model(
     tp: TensorParallel | None = None,
 ) -> DecoderForCausalLM:
     """An engine model with the weights of a HF folder or an in-memory `transformers` model (with `tp`, this
-    rank's shard of them)."""
+    rank's shard of them: from a folder, only that shard is read)."""
     if isinstance(source, nn.Module):
-        hf_config, weights = source.config, source.state_dict().items()
+        hf_config = source.config
     else:
         from transformers import AutoConfig
 
-        hf_config, weights = AutoConfig.from_pretrained(source), iter_safetensors(source)
+        hf_config = AutoConfig.from_pretrained(source)
     max_positions = max_positions or hf_config.get_text_config().max_position_embeddings
     model = build_model(hf_config, max_positions, dtype, device, tp)
+    if isinstance(source, nn.Module):
+        weights = source.state_dict().items()
+    else:
+        weights = iter_safetensors(source, slice_of=functools.partial(_own_slice, model.args))
     model.load_weights(decoder_weights(weights) if has_vision(hf_config) else weights)
     return model
 

@@ -7,8 +7,9 @@ their slices in place, so a weight update never reallocates.
 
 With tensor parallelism (parallel.py) each rank builds the same model with its `ShardLayout`: its own query and KV
 heads in `qkv_proj` and its MLP columns in `gate_up_proj` (column-parallel), the matching input slices of `o_proj`
-and `down_proj` (row-parallel, their partial sums all-reduced before the bias); `load_weights` still takes the full
-HF tensors and copies this rank's slice. The embedding and LM head are split by vocabulary rows (the LM head's
+and `down_proj` (row-parallel, their partial sums all-reduced before the bias); `load_weights` takes the full HF
+tensors and copies this rank's slice, or this rank's slice alone (`DecoderArgs.hf_slice` says which part that is:
+what the weight sync sends a TP rank). The embedding and LM head are split by vocabulary rows (the LM head's
 logits all-gathered); the norms are replicated.
 
 Shapes: T new tokens in one step (flattened over sequences), hidden size E, H heads, Hkv KV heads, head dim D;
@@ -31,7 +32,16 @@ from hyflow.engine.attention import AttentionMasks, AttentionMetadata, paged_att
 from hyflow.engine.models.mrope import rotary_embedding
 from hyflow.engine.models.ops import add_rms_norm, rms_norm, silu_and_mul
 from hyflow.engine.models.rope import RotaryEmbedding, rope_parameters
-from hyflow.engine.parallel import ShardLayout, TensorParallel
+from hyflow.engine.parallel import ShardLayout, TensorParallel, TensorSlice
+
+# HF projection name -> (our fused parameter, shard index among the fused parts)
+PACKED = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
 
 
 @dataclass
@@ -71,6 +81,30 @@ class DecoderArgs:
         return ShardLayout.for_rank(
             self.num_heads, self.num_kv_heads, self.intermediate_size, self.vocab_size, self.tp_size, self.tp_rank
         )
+
+    def hf_slice(self, name: str) -> TensorSlice | None:
+        """The part of the full HF tensor `name` (a decoder weight) that this TP rank holds; None: all of it.
+        Column-parallel weights (q/k/v, gate/up, their biases, the vocabulary rows) slice dim 0, row-parallel ones
+        (o_proj, down_proj) dim 1; norms and row-parallel biases are whole on every rank."""
+        if self.tp_size == 1:
+            return None
+        layout, head_dim = self.layout, self.head_dim
+        for hf_part, (ours, index) in PACKED.items():
+            if f".{hf_part}." in name:
+                if ours == "qkv_proj":
+                    first = layout.head_start if index == 0 else layout.kv_head_start
+                    heads = layout.num_heads if index == 0 else layout.num_kv_heads
+                    full = self.num_heads if index == 0 else self.num_kv_heads
+                    return TensorSlice(0, first * head_dim, heads * head_dim, full * head_dim)
+                return TensorSlice(0, layout.intermediate_start, layout.intermediate_size, self.intermediate_size)
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            return TensorSlice(0, layout.vocab_start, layout.vocab_real_rows, self.vocab_size)
+        if name.endswith(".o_proj.weight"):
+            width = layout.num_heads * head_dim
+            return TensorSlice(1, layout.head_start * head_dim, width, self.num_heads * head_dim)
+        if name.endswith(".down_proj.weight"):
+            return TensorSlice(1, layout.intermediate_start, layout.intermediate_size, self.intermediate_size)
+        return None
 
     @classmethod
     def from_hf(cls, config: Any, family: str, max_positions: int) -> DecoderArgs:
@@ -256,15 +290,6 @@ class DecoderModel(nn.Module):
 class DecoderForCausalLM(nn.Module):
     """Llama-family causal LM over the paged KV cache: `forward` -> hidden states, `compute_logits` -> logits."""
 
-    # HF projection name -> (our fused parameter, shard index among the fused parts)
-    packed = {
-        "q_proj": ("qkv_proj", 0),
-        "k_proj": ("qkv_proj", 1),
-        "v_proj": ("qkv_proj", 2),
-        "gate_proj": ("gate_up_proj", 0),
-        "up_proj": ("gate_up_proj", 1),
-    }
-
     def __init__(self, args: DecoderArgs, tp: TensorParallel | None = None) -> None:
         super().__init__()
         self.tp = tp = tp or TensorParallel()
@@ -301,36 +326,26 @@ class DecoderForCausalLM(nn.Module):
             return self.lm_head(hidden)
         return self.tp.all_gather_columns(self.lm_head(hidden))[:, : self.args.vocab_size]
 
-    def _shard(self, name: str) -> tuple[str, tuple[int, int] | None, tuple[int, int, int, int] | None]:
+    def _shard(self, name: str) -> tuple[str, tuple[int, int] | None, TensorSlice | None]:
         """For one HF weight name: our parameter name; the (offset, length) along its dim 0 that the weight fills
-        (None: all of it); and the slice (dim, offset, length, full size along dim) of the full HF tensor that this
-        TP rank holds (None: all of it; column-parallel weights slice dim 0, row-parallel ones dim 1)."""
-        args, layout, head_dim = self.args, self.args.layout, self.args.head_dim
-        for hf_part, (ours, index) in self.packed.items():
+        (None: all of it); and the slice of the full HF tensor that this TP rank holds (None: all of it)."""
+        layout, head_dim = self.args.layout, self.args.head_dim
+        source = self.args.hf_slice(name)
+        for hf_part, (ours, index) in PACKED.items():
             if f".{hf_part}." in name:
                 if ours == "qkv_proj":
                     q, kv = layout.num_heads * head_dim, layout.num_kv_heads * head_dim
-                    span = [(0, q), (q, kv), (q + kv, kv)][index]
-                    first_head = layout.head_start if index == 0 else layout.kv_head_start
-                    full = (args.num_heads if index == 0 else args.num_kv_heads) * head_dim
-                    return name.replace(hf_part, ours), span, (0, first_head * head_dim, span[1], full)
+                    return name.replace(hf_part, ours), [(0, q), (q, kv), (q + kv, kv)][index], source
                 columns = layout.intermediate_size
-                source = (0, layout.intermediate_start, columns, args.intermediate_size)
                 return name.replace(hf_part, ours), (index * columns, columns), source
         if name in ("model.embed_tokens.weight", "lm_head.weight"):
-            rows = layout.vocab_real_rows
-            return name, (0, rows), (0, layout.vocab_start, rows, args.vocab_size)
-        if name.endswith(".o_proj.weight"):
-            width = layout.num_heads * head_dim
-            return name, None, (1, layout.head_start * head_dim, width, args.num_heads * head_dim)
-        if name.endswith(".down_proj.weight"):
-            return name, None, (1, layout.intermediate_start, layout.intermediate_size, args.intermediate_size)
-        return name, None, None
+            return name, (0, layout.vocab_real_rows), source
+        return name, None, source
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Copies full HF-named tensors (this TP rank's slice of each) into the parameters in place; returns how
-        many tensors were loaded."""
+        """Copies HF-named tensors into the parameters in place: each either the full tensor (this TP rank's slice
+        of it is taken) or that slice alone (`DecoderArgs.hf_slice`); returns how many tensors were loaded."""
         params = dict(self.named_parameters(remove_duplicate=False))
         count = 0
         for hf_name, tensor in weights:
@@ -345,14 +360,18 @@ class DecoderForCausalLM(nn.Module):
                     "Llama/Qwen/Mistral names such as 'model.layers.0.mlp.up_proj.weight')"
                 )
             target = params[name].data if span is None else params[name].data.narrow(0, *span)
-            expected = list(target.shape)
+            full = list(target.shape)
             if source is not None:
-                expected[source[0]] = source[3]
-            if list(tensor.shape) != expected:
+                full[source.dim] = source.full
+            if list(tensor.shape) == full:
+                tensor = tensor if source is None else source.take(tensor)
+            elif tensor.shape != target.shape:  # neither the full tensor nor this rank's slice of it
+                mine = "" if source is None else f" (or this rank's slice {tuple(target.shape)})"
+                expected = f"{tuple(full)}{mine}"
                 raise ValueError(
                     f"weight {hf_name!r} has shape {tuple(tensor.shape)}, the engine expects "
-                    f"{tuple(expected)}; the model config and the weights disagree"
+                    f"{expected}; the model config and the weights disagree"
                 )
-            target.copy_(tensor if source is None else tensor.narrow(*source[:3]))
+            target.copy_(tensor)
             count += 1
         return count

@@ -9,6 +9,7 @@ import pytest
 
 from hyflow.agent.tools.base import BaseTool, ToolResponse, validate_tool_schema
 from hyflow.agent.tools.calculator import CalculatorTool
+from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
 from hyflow.agent.tools.search import SearchTool
 
 GOOD = copy.deepcopy(CalculatorTool.default_schema)
@@ -63,9 +64,30 @@ def test_a_tool_without_any_schema_is_rejected():
 
 def test_the_default_lifecycle_keeps_instance_state_until_release():
     tool = CalculatorTool(config={"timeout": 3})
-    instance = asyncio.run(tool.create(ground_truth="4"))
-    assert tool.instances[instance] == {"ground_truth": "4"} and tool.config.timeout == 3
+    instance, created = asyncio.run(tool.create(ground_truth="4"))
+    assert created == ToolResponse() and tool.instances[instance] == {"ground_truth": "4"}
+    assert tool.config.timeout == 3 == tool.timeout
     assert asyncio.run(tool.calc_reward(instance)) == 0.0
     asyncio.run(tool.release(instance))
     assert tool.instances == {}
     assert tool.missing_arguments({}) == ["expression"]
+
+
+def test_a_tool_without_a_config_class_gets_its_config_as_a_dict_as_in_verl():
+    class VerlStyle(BaseTool):
+        async def execute(self, instance_id, parameters, **kwargs):
+            return ToolResponse(text=self.config["url"]), 0.0, {}
+
+    tool = VerlStyle(config={"url": "http://x", "type": "native", "timeout": 4}, tool_schema=GOOD)
+    assert tool.config == {"url": "http://x", "type": "native", "timeout": 4} and tool.timeout == 4.0
+    assert VerlStyle(config={}, tool_schema=GOOD).timeout == 30.0
+    with pytest.raises(ValueError, match="timeout='soon' must be a positive number"):
+        VerlStyle(config={"timeout": "soon"}, tool_schema=GOOD)
+
+
+def test_the_schema_is_kept_as_a_typed_model_and_a_given_model_is_used_as_is():
+    tool = CalculatorTool()
+    assert isinstance(tool.tool_schema, OpenAIFunctionToolSchema) and tool.tool_schema.function.name == "calculator"
+    assert tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True) == GOOD
+    model = OpenAIFunctionToolSchema.model_validate(GOOD)
+    assert CalculatorTool(tool_schema=model).get_openai_tool_schema() is model

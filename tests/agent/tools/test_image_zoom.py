@@ -20,7 +20,7 @@ def picture(width=100, height=80):
 
 def run(tool, parameters, **create_kwargs):
     async def episode():
-        instance = await tool.create(**create_kwargs)
+        instance, _ = await tool.create(**create_kwargs)
         return await tool.execute(instance, parameters)
 
     return asyncio.run(episode())
@@ -66,6 +66,6 @@ def test_the_example_tool_config_loads_the_zoom_tool_with_its_openai_schema():
     path = Path(hyflow.agent.__file__).parent / "configs" / "image_zoom_tool.yaml"
     (tool,) = initialize_tools_from_config(path)
     assert isinstance(tool, ImageZoomTool) and tool.takes_images
-    assert tool.tool_schema["function"]["name"] == "image_zoom_in_tool"
-    assert tool.tool_schema["function"]["parameters"]["required"] == ["bbox_2d"]
+    assert tool.tool_schema.function.name == "image_zoom_in_tool"
+    assert tool.tool_schema.function.parameters.required == ["bbox_2d"]
     assert tool.config.min_side == 56 and tool.config.timeout == 10

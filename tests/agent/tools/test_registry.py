@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 
 import pytest
 
+from hyflow.agent.tools import BaseTool
 from hyflow.agent.tools.calculator import CalculatorTool
+from hyflow.agent.tools.function_tool import FunctionTool
 from hyflow.agent.tools.python_executor import PythonTool
-from hyflow.agent.tools.registry import initialize_tools_from_config
+from hyflow.agent.tools.registry import initialize_tools_from_config, load_all_tools
 
 
 def write(tmp_path, text: str) -> str:
@@ -66,7 +69,7 @@ def test_a_missing_file_or_a_wrong_shape_names_the_config_key(tmp_path):
 
 
 FUNCTION_TOOLS = '''
-from hyflow.agent.tools import function_tool
+from hyflow.agent.tools.function_tool import function_tool
 
 
 @function_tool
@@ -81,29 +84,31 @@ def shout(text: str) -> str:
 
 
 def test_load_all_tools_adds_the_function_tools_of_a_python_file_to_the_yaml_tools(tmp_path):
-    import asyncio
-
-    from hyflow.agent.tools.registry import load_all_tools
-
     (tmp_path / "my_tools.py").write_text(FUNCTION_TOOLS)
     yaml_path = write(tmp_path, "tools:\n  - class_name: calculator\n")
     tools = load_all_tools(yaml_path, tmp_path / "my_tools.py")
     assert [tool.name for tool in tools] == ["calculator", "shout"]
+    assert isinstance(tools[1], FunctionTool) and not isinstance(tools[1], BaseTool)
     response, _, _ = asyncio.run(tools[1].execute("id", {"text": "hi"}))
     assert response.text == "HI"
     assert load_all_tools(None, None) == []
 
 
-def test_load_all_tools_refuses_a_function_tool_named_like_a_yaml_tool(tmp_path):
-    from hyflow.agent.tools.registry import load_all_tools
+def test_load_all_tools_builds_yaml_tools_anew_and_keeps_the_function_tools(tmp_path):
+    (tmp_path / "my_tools.py").write_text(FUNCTION_TOOLS)
+    yaml_path = write(tmp_path, "tools:\n  - class_name: calculator\n")
+    first, second = (load_all_tools(yaml_path, tmp_path / "my_tools.py") for _ in range(2))
+    assert first[0] is not second[0] and first[1] is second[1]
 
-    (tmp_path / "clash.py").write_text(FUNCTION_TOOLS.replace("def shout", "def calculator"))
-    with pytest.raises(ValueError, match=r"function tools \['calculator'\].*unique"):
-        load_all_tools(write(tmp_path, "tools:\n  - class_name: calculator\n"), tmp_path / "clash.py")
+
+def test_load_all_tools_refuses_function_tools_named_like_yaml_tools_all_at_once(tmp_path):
+    clash = FUNCTION_TOOLS.replace("def shout", "def calculator") + FUNCTION_TOOLS.replace("def shout", "def search")
+    (tmp_path / "clash.py").write_text(clash)
+    yaml_path = write(tmp_path, "tools:\n  - class_name: calculator\n  - class_name: search\n")
+    with pytest.raises(ValueError, match=r"function tools \['calculator', 'search'\].*collide.*unique"):
+        load_all_tools(yaml_path, tmp_path / "clash.py")
 
 
 def test_load_all_tools_names_a_missing_python_file(tmp_path):
-    from hyflow.agent.tools.registry import load_all_tools
-
-    with pytest.raises(ValueError, match=r"function_tool_path=.*nope\.py.*is not a file"):
+    with pytest.raises(FileNotFoundError, match=r"function_tool_path does not exist: .*nope\.py"):
         load_all_tools(None, tmp_path / "nope.py")

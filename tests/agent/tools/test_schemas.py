@@ -29,11 +29,11 @@ def calc_schema(name: str = "calc") -> OpenAIFunctionToolSchema:
     )
 
 
-def test_a_tool_built_with_a_schema_model_reads_it_as_the_plain_dict():
-    tool = CalculatorTool(config={}, tool_schema=calc_schema("my_calc"))
-    assert tool.name == "my_calc"
-    assert tool.tool_schema["function"]["parameters"]["required"] == ["expression"]
-    assert tool.get_openai_tool_schema() == calc_schema("my_calc")
+def test_a_tool_built_with_a_schema_model_keeps_that_model():
+    schema = calc_schema("my_calc")
+    tool = CalculatorTool(config={}, tool_schema=schema)
+    assert tool.name == "my_calc" and tool.tool_schema is schema
+    assert tool.tool_schema.function.parameters.required == ["expression"]
 
 
 def test_union_types_and_non_string_enums_are_valid_properties():
