@@ -22,7 +22,13 @@ from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
 
 GOLDEN = Path(__file__).parent / "golden" / "grpo_tiny_2_steps.json"
 # Wall-clock dependent metrics are not compared.
-VOLATILE_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
+VOLATILE_PREFIXES = (
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "rollout/weight_sync_s",
+    "rollout/weight_sync_wait_s",
+)
 REWARD_FILE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     return {"score": (len(solution_str) % 5) / 4, "acc": float(str(ground_truth) in solution_str)}
