@@ -225,6 +225,11 @@ class AsyncLLMEngine:
         self._futures.clear()
         self._streams.clear()
 
+    @property
+    def has_requests(self) -> bool:
+        """Whether any request submitted here (a `generate` or a `stream`) is still running."""
+        return bool(self._futures or self._streams)
+
     async def pause(self) -> None:
         """Stops the step loop at the next step boundary (LLMEngine.pause): waiting callers keep waiting, new
         requests queue up, aborts still answer with the partial output."""

@@ -267,7 +267,12 @@ class EngineRollout:
         """Pause at the step boundary, load the weights as `policy_version`, resume: the requests in flight keep
         their tokens and go on under the new weights (their KV cache recomputed or kept: `partial_rollout_kv`).
         `weights` is consumed in a worker thread (the event loop keeps serving), so it may be a generator that
-        receives buckets (e.g. weight_sync.iter_bucketed_state): the engine stays paused until the last one."""
+        receives buckets (e.g. weight_sync.iter_bucketed_state): the engine stays paused until the last one.
+
+        With no request in flight the weights load at once, without pausing or yielding the event loop: a blocking
+        `generate_sequences` call that the worker's event loop serves next must not find the engine paused."""
+        if not self.async_engine.has_requests:
+            return self.load_weights(weights, policy_version)
         await self.pause()
         try:
             return await self.async_engine.load_weights(hf_weight_names(weights), policy_version)

@@ -129,6 +129,25 @@ def test_an_update_in_flight_gives_rows_with_the_tokens_of_both_versions_and_the
     assert metrics["rollout/token_fraction_lag_0"] + metrics["rollout/token_fraction_lag_1"] == pytest.approx(1.0)
 
 
+@pytest.mark.timeout(60)
+def test_an_update_with_no_request_in_flight_loads_without_pausing_the_engine():
+    """A blocking generate_sequences served by the worker's event loop while the weights' buckets are received
+    must not find the engine paused (it refuses to wait for ever)."""
+    models = {0: make_tiny_hf_model("qwen2", seed=0), 1: make_tiny_hf_model("qwen2", seed=1)}
+    rollout = build_rollout(_config(response_length=4), models[0], tokenizer=None)
+    seen_paused = []
+
+    def buckets():
+        for item in models[1].state_dict().items():
+            seen_paused.append(rollout.engine.paused)
+            yield item
+
+    loaded = asyncio.run(rollout.update_weights_in_flight(buckets(), policy_version=1))
+    assert loaded > 0 and seen_paused and not any(seen_paused)
+    assert rollout.policy_version == 1
+    rollout.generate_sequences(prompt_batch(PROMPTS, seed=3))  # the engine serves the next blocking call
+
+
 def _image_batch(processor, model_config) -> tuple:
     """(two left-padded image prompts (one image; two images) as the dataset hands them to the rollout, the
     processor's outputs of each)."""
