@@ -45,6 +45,7 @@ from hyflow.engine.models import load_model, load_vision
 from hyflow.engine.models.vision import load_weights
 from hyflow.engine.multimodal import PromptImages, VisionSpec, prompt_images
 from hyflow.engine.parallel import TensorParallel
+from hyflow.engine.request_checks import check_request
 from hyflow.engine.scheduler import ScheduledBatch, Scheduler
 from hyflow.engine.sequence import CompletionOutput, FinishReason, RequestOutput, Sequence, SequenceStatus
 from hyflow.engine.stopping import eos_token_ids, finish_reason, stop_token_ids
@@ -95,34 +96,6 @@ class LLMEngine:
         self.paused = False  # pause() ... resume(): `step()` runs nothing
 
     # ---- requests -------------------------------------------------------------------------------------------
-    def _check_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
-        max_len = self.config.max_model_len
-        if request_id in self.requests:
-            raise ValueError(f"request_id {request_id!r} is already running; use a unique id per request")
-        if len(prompt) == 0:
-            raise ValueError(f"request {request_id!r}: the prompt is empty; give at least one token id")
-        if len(prompt) >= max_len:
-            raise ValueError(
-                f"request {request_id!r}: the prompt has {len(prompt)} tokens, but max_model_len is "
-                f"{max_len} and at least one must be generated; shorten the prompt"
-            )
-        vocab = self.model.args.vocab_size
-        if min(prompt) < 0 or max(prompt) >= vocab:
-            raise ValueError(
-                f"request {request_id!r}: token ids must be in [0, {vocab}); got min {min(prompt)}, max {max(prompt)}"
-            )
-        if params.stop and self.tokenizer is None:
-            raise ValueError(
-                f"request {request_id!r}: stop strings {params.stop} need a tokenizer; pass one to the "
-                "engine or use stop_token_ids"
-            )
-        needed = -(-min(len(prompt) + params.max_tokens, max_len) // self.config.block_size)
-        if needed > self.block_manager.num_blocks:
-            raise ValueError(
-                f"request {request_id!r} needs {needed} KV blocks but the cache has only "
-                f"{self.block_manager.num_blocks}; lower max_tokens or give the KV cache more memory"
-            )
-
     def _prompt_images(self, request_id: str, prompt: list[int], inputs: dict[str, Any] | None) -> PromptImages | None:
         """The request's images (multimodal.py), None for a text prompt; ValueError when the model has no vision
         tower or the inputs do not match the prompt."""
@@ -153,7 +126,11 @@ class LLMEngine:
         if request_id is None:
             request_id, self._next_id = str(self._next_id), self._next_id + 1
         prompt = [int(t) for t in prompt_token_ids]
-        self._check_request(request_id, prompt, params)
+        check_request(
+            request_id, prompt, params, running=self.requests, max_model_len=self.config.max_model_len,
+            vocab_size=self.model.args.vocab_size, block_size=self.config.block_size,
+            num_blocks=self.block_manager.num_blocks, has_tokenizer=self.tokenizer is not None,
+        )  # fmt: skip
         images = self._prompt_images(request_id, prompt, multi_modal_inputs)
         base_seed = params.seed if params.seed is not None else self._seed_source.getrandbits(32)
         seeds = [hash((base_seed, i)) & 0xFFFFFFFF for i in range(params.n)]
