@@ -254,14 +254,21 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         f"trainer.n_gpus_per_node={args.gpus}",
         f"trainer.ray_init.num_cpus={max(4, 2 * args.gpus)}",
         f"trainer.device={'cpu' if args.tiny else 'auto'}",
-        f"trainer.total_training_steps={args.steps}",
+        *timed_run_overrides(args.steps, root, "grpo_step"),
+    ]
+
+
+def timed_run_overrides(steps: int, root: Path, experiment: str) -> list[str]:
+    """`steps` steps and nothing else: no validation, no checkpoint, no resume, metrics to the `file` logger."""
+    return [
+        f"trainer.total_training_steps={steps}",
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
         "trainer.resume_mode=disable",
         "trainer.logger=[file]",
         "trainer.project_name=bench",
-        "trainer.experiment_name=grpo_step",
+        f"trainer.experiment_name={experiment}",
         f"trainer.default_local_dir={root / 'ckpt'}",
     ]
 

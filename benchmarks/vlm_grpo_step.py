@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 import torch
 import transformers
-from grpo_step import measured_side, train_and_time
+from grpo_step import measured_side, timed_run_overrides, train_and_time
 from grpo_step_report import print_table
 from PIL import Image
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -225,15 +225,7 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "custom_reward_function.name=compute_score",
         "trainer.backend=local",
         f"trainer.device={'cpu' if args.tiny else 'auto'}",
-        f"trainer.total_training_steps={args.steps}",
-        "trainer.val_before_train=False",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        "trainer.resume_mode=disable",
-        "trainer.logger=[file]",
-        "trainer.project_name=bench",
-        "trainer.experiment_name=vlm_grpo_step",
-        f"trainer.default_local_dir={root / 'ckpt'}",
+        *timed_run_overrides(args.steps, root, "vlm_grpo_step"),
     ]
 
 
