@@ -23,7 +23,7 @@ wait ends after the channel's timeout with a TimeoutError naming it. A receiver 
 with its error, and the sender raises that error at once. A sender that fails posts an abort, so receivers raise
 at once instead of waiting out the timeout.
 
-`SharedBufferTransport` runs this protocol over any `sharing` object with `share(flat, n)` and `copy(handle)`:
+`SharedBufferTransport` runs this protocol over any `sharing` object with `share(flat, n)` and `copy(handle, device)`:
 `CudaIpcSharing` here, or a host shared-memory stand-in with which the CPU tests run the same protocol.
 """
 
@@ -54,13 +54,15 @@ class CudaIpcSharing:
         it drops its view, so the caching allocator reuses the memory only after every receiver has dropped it."""
         return [reduce_tensor(flat)[1] for _ in range(num_receivers)]
 
-    def copy(self, handle: tuple) -> torch.Tensor:
-        """A copy of the shared buffer on this process's GPU, finished: the sender may reuse its buffer now."""
+    def copy(self, handle: tuple, device: torch.device) -> torch.Tensor:
+        """A copy of the shared buffer on `device` (the sender's GPU: one UUID, maybe another index in this
+        process), finished: the sender may reuse its buffer once this returns."""
         args = list(handle)
-        args[_DEVICE_ARG] = torch.cuda.current_device()  # the same GPU (one UUID), under this process's index
-        shared = rebuild_cuda_tensor(*args)  # this stream waits for the sender's packing copies
-        own = shared.clone()
-        torch.cuda.current_stream().synchronize()  # deliberate host sync: the copy is done before we ack
+        args[_DEVICE_ARG] = device.index
+        with torch.cuda.device(device):  # the caller may be a worker thread, on another current device
+            shared = rebuild_cuda_tensor(*args)  # this stream waits for the sender's packing copies
+            own = shared.clone()
+            torch.cuda.current_stream().synchronize()  # deliberate host sync: the copy is done before we ack
         return own
 
 
@@ -137,7 +139,7 @@ class SharedBufferTransport:
             )
         _, header, handles = message
         try:
-            flat = self.sharing.copy(handles[self.receivers.index(self.rank)])
+            flat = self.sharing.copy(handles[self.receivers.index(self.rank)], self.device)
         except Exception as error:
             self._ack(seq, f"{type(error).__name__}: {error}".encode())
             raise

@@ -29,7 +29,7 @@ class HostMemorySharing:
     def share(self, flat: torch.Tensor, num_receivers: int) -> list:
         return [flat.untyped_storage()._share_filename_cpu_()] * num_receivers
 
-    def copy(self, handle) -> torch.Tensor:
+    def copy(self, handle, device) -> torch.Tensor:
         shared = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared_filename_cpu(*handle))
         return shared.clone()
 
@@ -46,18 +46,18 @@ class SlowSharing(HostMemorySharing):
         self.most_held = max(self.most_held, sum(buffer() is not None for buffer in self.buffers))
         return super().share(flat, num_receivers)
 
-    def copy(self, handle):
+    def copy(self, handle, device):
         time.sleep(0.2)
-        return super().copy(handle)
+        return super().copy(handle, device)
 
 
 class DyingSharing(HostMemorySharing):
-    def copy(self, handle):
+    def copy(self, handle, device):
         os._exit(3)  # the receiver's process dies holding the bucket, before it acknowledges
 
 
 class BrokenSharing(HostMemorySharing):
-    def copy(self, handle):
+    def copy(self, handle, device):
         raise OSError("cannot open the buffer's handle")
 
 
