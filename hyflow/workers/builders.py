@@ -21,7 +21,7 @@ from hyflow.models.multimodal import freeze_vision_tower, is_vision_language
 from hyflow.models.policy import PolicyModel
 from hyflow.models.processor import copy_processor_files
 from hyflow.models.value_head import ValueModel
-from hyflow.workers.fsdp import apply_fsdp2, to_dtype, training_device
+from hyflow.workers.fsdp import to_dtype, training_device
 from hyflow.workers.lean_load import build_sharded
 from hyflow.workers.optim import build_lr_scheduler, build_optimizer
 
@@ -125,7 +125,7 @@ def build_policy(
     """The policy of `policy_maker`, sharded with FSDP2; over several ranks each reads only its own shards of the
     checkpoint (`lean_load`)."""
     make = policy_maker(model_config, fsdp_config, path, trainable, freeze_vision)
-    return build_sharded(make, lambda module: apply_fsdp2(module, fsdp_config, mesh), path, mesh)[0]
+    return build_sharded(make, path, fsdp_config, mesh)[0]
 
 
 def value_model_maker(model_config: Any, fsdp_config: Any, path: str):
@@ -157,8 +157,7 @@ def value_model_maker(model_config: Any, fsdp_config: Any, path: str):
 def build_value_model(model_config: Any, fsdp_config: Any, mesh: Any, path: str) -> ValueModel:
     """The critic of `value_model_maker`, sharded with FSDP2 (lean over several ranks, as `build_policy`)."""
     make = value_model_maker(model_config, fsdp_config, path)
-    shard = lambda module: apply_fsdp2(module, fsdp_config, mesh, key="critic.model.fsdp_config")  # noqa: E731
-    return build_sharded(make, shard, path, mesh)[0]
+    return build_sharded(make, path, fsdp_config, mesh, key="critic.model.fsdp_config")[0]
 
 
 def build_optimizer_and_scheduler(module: nn.Module, optim_config: Any):

@@ -1,30 +1,31 @@
 """Memory-lean loading of a training role's weights into its FSDP2 shards: each rank reads only its own rows.
 
-    module, stats = build_sharded(make, shard, path, mesh)    # make(empty_weights) -> (module, hf_model)
-    stats.bytes_read                                           # what this rank read from the checkpoint
+    module, stats = build_sharded(make, path, fsdp_config, mesh)  # make(empty_weights) -> (module, hf_model)
+    stats.mode, stats.bytes_read                                  # "sliced", what this rank read from the folder
 
 Loading the whole checkpoint into every rank's host memory before FSDP2 shards it costs world_size × the model
 on one node (8 × ~65 GB for a 32B model in bf16 on 8 GPUs). With several ranks, `build_sharded` instead:
 
 1. builds the module with every parameter on the `meta` device (`make(True)`, `loader.parameters_on_meta`):
    nothing is allocated or read; buffers are real, computed by the modules' own `__init__` (rotary `inv_freq`);
-   parameters a builder creates outside the loader (the critic's value head, LoRA adapters) are real too;
-2. shards it with FSDP2 (`shard`, i.e. `apply_fsdp2`) and allocates only this rank's shards of the meta
-   parameters (`materialize_meta_parameters`: swapped in place, so tied weights stay one parameter);
+   parameters a builder creates outside the loader are real, with their usual values: the critic's value head,
+   LoRA adapters (`hyflow.models.lora` keeps them off meta, so peft's random draws are a full load's);
+2. shards it with FSDP2 (`apply_fsdp2`) and allocates only this rank's shards of the meta parameters
+   (`materialize_meta_parameters`, on the CPU when offloaded: swapped in place, so tied weights stay one
+   parameter);
 3. fills them, by one of two ways chosen by `slice_plan` (the same choice on every rank: it reads only headers):
    - **sliced**: every meta parameter (and persistent buffer) has a tensor of the same name and shape in the
      folder's `*.safetensors`: each rank reads its rows ⌈N/W⌉·rank .. of each tensor through
      `safe_open(...).get_slice` (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them
      into its local shard (cast to the module's dtype as `from_pretrained` casts). Host memory: this rank's
      shards (where they live: CPU ranks and offload) plus one tensor's rows in flight.
-   - **broadcast from rank 0**, where a name does not match: LoRA adapters (their random initialisation belongs
-     to peft, and on meta it draws nothing), a folder without safetensors, a checkpoint transformers converts
-     while loading. Rank 0 builds the module as a single process does (`make(False)`: `from_pretrained`, at the
-     random state the skeleton started from, so its draws are a single process's), and
-     `set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)` sends every rank its shards. Only
-     rank 0 holds the whole model.
+   - **broadcast from rank 0**, where a name does not match: a folder without safetensors, a checkpoint
+     transformers converts while loading (renamed or fused tensors). Rank 0 builds the module as one process
+     does (`make(False)`: `from_pretrained`, from the random state the skeleton started from, so its random draws
+     are a full load's), and `set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)` sends every
+     rank its shards. Only rank 0 holds the whole model.
 
-One rank, or no process group, builds as before (`make(False)`, then `shard`): there is nothing to split.
+One rank, or no process group, builds as before (`make(False)`, then `apply_fsdp2`): there is nothing to split.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import glob
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,7 +46,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from hyflow.engine.models import iter_safetensors
 from hyflow.engine.parallel import TensorSlice
-from hyflow.workers.fsdp import shard_rows, training_device
+from hyflow.workers.fsdp import apply_fsdp2, shard_rows, training_device
 
 logger = logging.getLogger(__name__)
 
@@ -86,21 +88,26 @@ def checkpoint_shapes(path: str) -> dict[str, tuple[int, ...]]:
 
 
 def checkpoint_prefixes(module: nn.Module, hf_model: nn.Module) -> dict[str, str]:
-    """How the module's top-level children map to checkpoint names: a child that is `hf_model` itself reads
-    `name.` -> `` (PolicyModel's `lm.`), a child inside it reads `name.` -> its path in `hf_model` (the critic's
-    `backbone.` -> `model.`); other children (the value head) have no checkpoint name."""
-    paths = {id(sub): path for path, sub in hf_model.named_modules()}
+    """Module-name prefix -> checkpoint-name prefix: a child holding `hf_model` reads `lm.` -> `` (PolicyModel's
+    `lm`, or `lm.base_model.model.` under peft), a child inside it reads `name.` -> its path in `hf_model` (the
+    critic's `backbone.` -> `model.`); other children (the value head) have no checkpoint name."""
+    inside = {id(sub): path for path, sub in hf_model.named_modules()}
     prefixes = {}
     for name, child in module.named_children():
-        if id(child) in paths:
-            prefixes[f"{name}."] = f"{paths[id(child)]}." if paths[id(child)] else ""
+        holds = [path for path, sub in child.named_modules() if sub is hf_model]
+        if holds:
+            prefixes[f"{name}.{holds[0]}." if holds[0] else f"{name}."] = ""
+        elif id(child) in inside:
+            prefixes[f"{name}."] = f"{inside[id(child)]}." if inside[id(child)] else ""
     return prefixes
 
 
 def _checkpoint_name(name: str, prefixes: dict[str, str]) -> str | None:
+    """The checkpoint name of a module tensor: its prefix replaced, and peft's `.base_layer` (the wrapped
+    linear of a LoRA layer) dropped."""
     for prefix, replacement in prefixes.items():
         if name.startswith(prefix):
-            return replacement + name[len(prefix) :]
+            return replacement + name[len(prefix) :].replace(".base_layer.", ".")
     return None
 
 
@@ -184,21 +191,24 @@ def fill_from_safetensors(module: nn.Module, path: str, keys: dict[str, str], st
 def _broadcast_reason(plan: SlicePlan) -> str:
     if not plan.has_safetensors:
         return "no *.safetensors in the folder"
-    lora = [name for name in plan.missing if ".lora_" in name]
-    what = f"LoRA adapters ({lora[0]}, ...), which peft initialises" if lora else f"e.g. {plan.missing[0]}"
-    return f"{len(plan.missing)} tensors have no checkpoint tensor of their name and shape: {what}"
+    return f"{len(plan.missing)} tensors have no checkpoint tensor of their name and shape, e.g. {plan.missing[0]}"
 
 
-def build_sharded(make: Make, shard: Callable[[nn.Module], nn.Module], path: str, mesh: DeviceMesh | None):
-    """(the sharded module, `LoadStats`): built lean over several ranks (see the module docstring), else as
-    before. `make(empty_weights)` builds the module and returns it with the transformers model it wraps;
-    `shard` wraps it with FSDP2 in place."""
+def build_sharded(make: Make, path: str, fsdp_config: Any, mesh: DeviceMesh | None, key: str = "fsdp_config"):
+    """(the module sharded by `apply_fsdp2(module, fsdp_config, mesh, key)`, `LoadStats`): built lean over several
+    ranks (see the module docstring), else as before. `make(empty_weights)` builds the module and returns it with
+    the transformers model it wraps (whose names are the checkpoint's)."""
+
+    def shard(module: nn.Module) -> nn.Module:
+        return apply_fsdp2(module, fsdp_config, mesh, key)
+
     if mesh is None or mesh.size() == 1:
         return shard(make(False)[0]), LoadStats("full")
     rng = torch.random.get_rng_state()
     module, hf_model = make(True)
     plan = slice_plan(module, hf_model, path)
-    device = training_device()
+    offload = fsdp_config.param_offload or fsdp_config.offload_policy
+    device = torch.device("cpu") if offload else training_device()  # where FSDP2 keeps the shards
     if not plan.missing:
         stats = LoadStats("sliced")
         shard(module)
@@ -209,7 +219,7 @@ def build_sharded(make: Make, shard: Callable[[nn.Module], nn.Module], path: str
         stats = LoadStats("broadcast", reason=reason)
         state = {}
         if dist.get_rank() == 0:
-            torch.random.set_rng_state(rng)  # rank 0 draws what a single process draws (LoRA's initialisation)
+            torch.random.set_rng_state(rng)  # rank 0 draws what a full load draws (LoRA's initialisation)
             state = make(False)[0].state_dict()
         shard(module)
         materialize_meta_parameters(module, device)

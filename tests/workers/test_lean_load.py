@@ -15,6 +15,8 @@ from torch.distributed.tensor import DTensor
 from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.config.common import FSDPConfig, ModelConfig
 from hyflow.config.critic import CriticConfig
+from hyflow.models.loader import load_causal_lm
+from hyflow.models.lora import apply_lora
 from hyflow.models.value_head import save_value_head
 from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
@@ -74,7 +76,7 @@ def lean_and_full(make, fsdp_config, path, data, critic=False):
     for lean in (True, False):
         torch.manual_seed(0)  # LoRA's initialisation draws from it
         if lean:
-            module, stats = build_sharded(make, lambda m: apply_fsdp2(m, fsdp_config, mesh), path, mesh)
+            module, stats = build_sharded(make, path, fsdp_config, mesh)
         else:
             module, stats = apply_fsdp2(make(False)[0], fsdp_config, mesh), None
         params, buffers = shards_and_buffers(module)
@@ -89,10 +91,11 @@ def lean_and_full(make, fsdp_config, path, data, critic=False):
 
 def every_role(rank: int, paths: dict[str, str], data):
     actor = ModelConfig(path=paths["model"])
-    fsdp, bf16 = FSDPConfig(), FSDPConfig(model_dtype="bf16")
+    fsdp, bf16 = FSDPConfig(), FSDPConfig(model_dtype="bf16", param_offload=True)
     critic = CriticConfig().model
     critic.path = paths["critic"]
     lora = ModelConfig(path=paths["model"], lora_rank=4, lora_alpha=8)
+    adapter = ModelConfig(path=paths["model"], lora_adapter_path=paths["adapter"])
     return {
         "actor": lean_and_full(builders.policy_maker(actor, fsdp, paths["model"], True), fsdp, paths["model"], data),
         "ref": lean_and_full(builders.policy_maker(actor, bf16, paths["model"], False), bf16, paths["model"], data),
@@ -100,8 +103,22 @@ def every_role(rank: int, paths: dict[str, str], data):
             builders.value_model_maker(critic, fsdp, paths["critic"]), fsdp, paths["critic"], data, critic=True
         ),
         "lora": lean_and_full(builders.policy_maker(lora, fsdp, paths["model"], True), fsdp, paths["model"], data),
+        "adapter": lean_and_full(
+            builders.policy_maker(adapter, fsdp, paths["model"], True), fsdp, paths["model"], data
+        ),
         "bin": lean_and_full(builders.policy_maker(actor, fsdp, paths["bin"], True), fsdp, paths["bin"], data),
     }
+
+
+def saved_adapter(model_path: str, folder: str) -> str:
+    """A peft adapter for the tiny model with non-zero B (so it changes the outputs), saved to `folder`."""
+    torch.manual_seed(1)
+    lm = apply_lora(load_causal_lm(model_path), lora_rank=4, lora_alpha=8)
+    for name, param in lm.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.1)
+    lm.save_pretrained(folder)
+    return folder
 
 
 def folder_without_safetensors(source: str, folder: str) -> str:
@@ -123,6 +140,7 @@ def results(tiny_model_path, tmp_path_factory):
     generator = torch.Generator().manual_seed(3)
     save_value_head({"weight": torch.randn(1, 32, generator=generator), "bias": torch.tensor([0.25])}, critic)
     paths = {
+        "adapter": saved_adapter(tiny_model_path, str(folder / "adapter")),
         "model": tiny_model_path,
         "critic": critic,
         "bin": folder_without_safetensors(tiny_model_path, str(folder / "bin")),
@@ -143,7 +161,7 @@ def assert_same(lean, full):
     assert lean["tied"] == full["tied"]
 
 
-ROLES = ["actor", "ref", "critic", "lora", "bin"]
+ROLES = ["actor", "ref", "critic", "lora", "adapter", "bin"]
 
 
 @pytest.mark.multiproc
@@ -153,7 +171,7 @@ def test_lean_loading_gives_every_rank_the_shards_buffers_and_ties_of_the_full_l
     for rank_results in results:
         lean, full = rank_results[role]
         assert_same(lean, full)
-    if role in ("actor", "ref", "lora", "bin"):
+    if role != "critic":
         assert results[0][role][0]["tied"] is True  # the tiny model ties lm_head to embed_tokens
     assert any(name.endswith("inv_freq") for name in results[0][role][0]["buffers"])
 
@@ -172,11 +190,11 @@ def test_the_first_training_step_or_ref_log_probs_after_lean_loading_equal_the_f
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(900)
-def test_plain_checkpoints_are_sliced_while_lora_and_bin_folders_are_broadcast_from_rank_0(results):
+def test_safetensors_checkpoints_are_sliced_and_a_folder_without_them_is_broadcast_from_rank_0(results):
     for rank_results in results:
-        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 3 + ["broadcast"] * 2
+        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 5 + ["broadcast"]
     assert "no *.safetensors" in results[0]["bin"][0]["stats"].reason
-    assert "LoRA adapters" in results[0]["lora"][0]["stats"].reason
+    assert results[0]["bin"][0]["stats"].bytes_read == 0
 
 
 @pytest.mark.multiproc
