@@ -14,13 +14,14 @@ on one node (8 × ~65 GB for a 32B model in bf16 on 8 GPUs). With several ranks,
    (`materialize_meta_parameters`, on the CPU when offloaded: swapped in place, so tied weights stay one
    parameter);
 3. fills them, by one of two ways chosen by `slice_plan` (the same choice on every rank: it reads only headers):
-   - **sliced**: every meta parameter (and persistent buffer) has a tensor of the same name and shape in the
-     folder's `*.safetensors`: each rank reads its rows ⌈N/W⌉·rank .. of each tensor through
-     `safe_open(...).get_slice` (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them
-     into its local shard (cast to the module's dtype as `from_pretrained` casts). Host memory: this rank's
-     shards (where they live: CPU ranks and offload) plus one tensor's rows in flight.
+   - **sliced**: every meta parameter (and persistent buffer) has a tensor of the same name (after the renames
+     transformers applies on load, `checkpoint_renamer`) and shape in the folder's `*.safetensors`: each rank
+     reads its rows ⌈N/W⌉·rank .. of each tensor through `safe_open(...).get_slice`
+     (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them into its local shard (cast
+     to the module's dtype as `from_pretrained` casts). Host memory: this rank's shards (where they live: CPU
+     ranks and offload) plus one tensor's rows in flight.
    - **broadcast from rank 0**, where a name does not match: a folder without safetensors, a checkpoint
-     transformers converts while loading (renamed or fused tensors). Rank 0 builds the module as one process
+     transformers converts while loading (fused tensors). Rank 0 builds the module as one process
      does (`make(False)`: `from_pretrained`, from the random state the skeleton started from, so its random draws
      are a full load's), and `set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)` sends every
      rank its shards. Only rank 0 holds the whole model.
@@ -111,10 +112,26 @@ def _checkpoint_name(name: str, prefixes: dict[str, str]) -> str | None:
     return None
 
 
+def checkpoint_renamer(hf_model: nn.Module) -> Callable[[str], str]:
+    """The renames transformers (5) applies to a checkpoint's names while loading into `hf_model` (a VLM saved in
+    the older `visual.` / `model.` layout), so such a checkpoint still loads sliced. Conversions that change values
+    or shapes (fused MoE experts) are not renames: their tensors stay unmatched and the load broadcasts. transformers
+    4: no renames (such checkpoints broadcast)."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightRenaming, apply_renamings
+    except ImportError:
+        return lambda key: key
+    renamings = [t for t in get_model_conversion_mapping(hf_model) if isinstance(t, WeightRenaming)]
+    return lambda key: apply_renamings(key, renamings)
+
+
 def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
     """Match every meta parameter (under any of its tied names) and persistent buffer of `module` with a
-    checkpoint tensor of the same name and shape."""
+    checkpoint tensor of the same name (after transformers' renames) and shape."""
     shapes = checkpoint_shapes(path)
+    rename = checkpoint_renamer(hf_model)
+    stored = {rename(key): key for key in shapes}  # the module's name -> the checkpoint's
     prefixes = checkpoint_prefixes(module, hf_model)
     aliases: dict[int, list[str]] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
@@ -124,8 +141,8 @@ def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
     tensors += [(name, b, [name]) for name, b in module.named_buffers() if name in persistent]
     keys, missing = {}, []
     for name, tensor, names in tensors:
-        candidates = [_checkpoint_name(alias, prefixes) for alias in names]
-        found = [key for key in candidates if key in shapes and shapes[key] == tuple(tensor.shape)]
+        candidates = [stored.get(_checkpoint_name(alias, prefixes)) for alias in names]
+        found = [key for key in candidates if key is not None and shapes[key] == tuple(tensor.shape)]
         if found:
             keys[name] = found[0]
         else:

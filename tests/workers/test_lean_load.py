@@ -1,7 +1,8 @@
 """Lean loading on 2 gloo ranks (hyflow/workers/lean_load.py): each rank builds on meta, shards with FSDP2 and
 reads only its rows of the checkpoint, and ends with exactly the shards, buffers, ties and first training step of
-the full load (`from_pretrained` on every rank, then FSDP2) — for the actor, the ref (bf16), the critic with a saved
-value head, a LoRA actor and a folder without safetensors (both broadcast from rank 0)."""
+the full load (`from_pretrained` on every rank, then FSDP2) — for the actor, the ref (bf16, offloaded), the critic
+with a saved value head, a new LoRA actor, one from a saved adapter, a VLM (its checkpoint in the layout transformers
+renames on load) and a folder without safetensors (broadcast from rank 0)."""
 
 import copy
 import os
@@ -12,6 +13,7 @@ import torch
 from safetensors import safe_open
 from torch.distributed.tensor import DTensor
 
+from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.config.common import FSDPConfig, ModelConfig
 from hyflow.config.critic import CriticConfig
@@ -40,7 +42,7 @@ def shards_and_buffers(module):
 
 def tied(lm) -> bool:
     base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    return base.lm_head.weight is base.model.embed_tokens.weight
+    return base.get_output_embeddings().weight is base.get_input_embeddings().weight
 
 
 def one_step(module, data, critic: bool):
@@ -50,7 +52,7 @@ def one_step(module, data, critic: bool):
     if critic:
         config = CriticConfig(ppo_epochs=1, shuffle=False, loss_agg_mode="token-mean", ppo_micro_batch_size_per_gpu=2)
         config.optim.lr = 1e-2
-        worker = DataParallelPPOCritic(config, module, build_optimizer(module.parameters(), config.optim), ROWS // 2)
+        worker = DataParallelPPOCritic(config, module, build_optimizer(module.parameters(), config.optim), len(shard))
         metrics = worker.update_critic(copy.deepcopy(shard))
     elif not any(p.requires_grad for p in module.parameters()):  # the ref: its log-probs
         log_probs, _ = DataParallelPPOActor(ActorConfig(), module).compute_log_prob(copy.deepcopy(shard))
@@ -58,7 +60,7 @@ def one_step(module, data, critic: bool):
     else:
         config = ActorConfig(ppo_epochs=1, ppo_micro_batch_size_per_gpu=2, use_kl_loss=True, entropy_coeff=0.01)
         config.optim.lr = 1e-2
-        worker = DataParallelPPOActor(config, module, build_optimizer(module.parameters(), config.optim), ROWS // 2)
+        worker = DataParallelPPOActor(config, module, build_optimizer(module.parameters(), config.optim), len(shard))
         metrics = worker.update_policy(copy.deepcopy(shard))
     return metrics, shards_and_buffers(module)[0]
 
@@ -89,7 +91,7 @@ def lean_and_full(make, fsdp_config, path, data, critic=False):
     return results
 
 
-def every_role(rank: int, paths: dict[str, str], data):
+def every_role(rank: int, paths: dict[str, str], data, image_data):
     actor = ModelConfig(path=paths["model"])
     fsdp, bf16 = FSDPConfig(), FSDPConfig(model_dtype="bf16", param_offload=True)
     critic = CriticConfig().model
@@ -105,6 +107,12 @@ def every_role(rank: int, paths: dict[str, str], data):
         "lora": lean_and_full(builders.policy_maker(lora, fsdp, paths["model"], True), fsdp, paths["model"], data),
         "adapter": lean_and_full(
             builders.policy_maker(adapter, fsdp, paths["model"], True), fsdp, paths["model"], data
+        ),
+        "vlm": lean_and_full(
+            builders.policy_maker(ModelConfig(path=paths["vlm"]), fsdp, paths["vlm"], True),
+            fsdp,
+            paths["vlm"],
+            image_data,
         ),
         "bin": lean_and_full(builders.policy_maker(actor, fsdp, paths["bin"], True), fsdp, paths["bin"], data),
     }
@@ -133,7 +141,7 @@ def folder_without_safetensors(source: str, folder: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def results(tiny_model_path, tmp_path_factory):
+def results(tiny_model_path, vlm_path, image_batch, tmp_path_factory):
     folder = tmp_path_factory.mktemp("lean")
     critic = str(folder / "critic")
     shutil.copytree(tiny_model_path, critic)
@@ -142,10 +150,14 @@ def results(tiny_model_path, tmp_path_factory):
     paths = {
         "adapter": saved_adapter(tiny_model_path, str(folder / "adapter")),
         "model": tiny_model_path,
+        "vlm": vlm_path,
         "critic": critic,
         "bin": folder_without_safetensors(tiny_model_path, str(folder / "bin")),
     }
-    return run_ranks(every_role, 2, paths, make_ppo_batch(batch_size=ROWS, seed=5), timeout_s=600)
+    image_data = copy.deepcopy(image_batch)  # the rollout's log-probs stand in for the old and ref ones
+    for key in (F.OLD_LOG_PROBS, F.REF_LOG_PROB):
+        image_data.batch[key] = image_data.batch[F.ROLLOUT_LOG_PROBS].clone()
+    return run_ranks(every_role, 2, paths, make_ppo_batch(batch_size=ROWS, seed=5), image_data, timeout_s=600)
 
 
 def assert_same(lean, full):
@@ -161,7 +173,7 @@ def assert_same(lean, full):
     assert lean["tied"] == full["tied"]
 
 
-ROLES = ["actor", "ref", "critic", "lora", "adapter", "bin"]
+ROLES = ["actor", "ref", "critic", "lora", "adapter", "vlm", "bin"]
 
 
 @pytest.mark.multiproc
@@ -190,9 +202,9 @@ def test_the_first_training_step_or_ref_log_probs_after_lean_loading_equal_the_f
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(900)
-def test_safetensors_checkpoints_are_sliced_and_a_folder_without_them_is_broadcast_from_rank_0(results):
+def test_safetensors_checkpoints_are_sliced_even_in_transformers_older_vlm_layout_and_bin_folders_broadcast(results):
     for rank_results in results:
-        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 5 + ["broadcast"]
+        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 6 + ["broadcast"]
     assert "no *.safetensors" in results[0]["bin"][0]["stats"].reason
     assert results[0]["bin"][0]["stats"].bytes_read == 0
 
