@@ -84,7 +84,7 @@ def checkpoint_shapes(path: str) -> dict[str, tuple[int, ...]]:
     for file in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
         with safe_open(file, framework="pt") as handle:
             for key in handle.keys():  # noqa: SIM118 (safe_open handles are not dicts)
-                shapes[key] = tuple(handle.get_slice(key).get_shape())
+                shapes.setdefault(key, tuple(handle.get_slice(key).get_shape()))  # the first, as read
     return shapes
 
 
