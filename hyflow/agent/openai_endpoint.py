@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hyflow.serving.app import error_body
-from hyflow.serving.requests import BadRequest, chat_max_tokens, template_messages
+from hyflow.serving.requests import BadRequest, chat_max_tokens, parser_tools, template_messages
 from hyflow.serving.responses import Envelope, usage
 from hyflow.serving.schema import ChatCompletionRequest
 
@@ -58,6 +58,8 @@ def endpoint_app(endpoint: RolloutEndpoint, model_name: str = "policy") -> FastA
             raise BadRequest("the rollout endpoint answers one choice, not streamed: send n=1 and stream=false")
         reads_tools = bool(body.tools) and body.tool_choice != "none"
         tools = [tool.model_dump(exclude_none=True) for tool in body.tools] if reads_tools else None
+        if reads_tools:
+            parser_tools(body.tools)  # a tool schema the parser cannot read is a 400 before anything is generated
         message, reason, prompt_tokens, completion_tokens = await endpoint.complete(
             template_messages(body.messages), tools, chat_max_tokens(body)
         )

@@ -11,8 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema, request_tool_schemas
 from hyflow.engine.config import SamplingParams
-from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice
+from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice, ToolDef
 
 
 class BadRequest(ValueError):
@@ -159,6 +160,15 @@ def _template_tool_call(call: Any, index: int) -> dict[str, Any]:
             "messages",
         ) from error
     return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+
+
+def parser_tools(tools: list[ToolDef]) -> list[OpenAIFunctionToolSchema]:
+    """The request's tools as the tool parser reads them (a format such as qwen3_coder types the values it parses
+    by the declared parameter types); a 400 naming the tool whose schema is not an object."""
+    try:
+        return request_tool_schemas([tool.model_dump(exclude_none=True) for tool in tools])
+    except ValueError as error:
+        raise BadRequest(str(error), "tools") from error
 
 
 def tool_call_prefix(tool_choice: str | NamedToolChoice | None, open_tag: str) -> str:

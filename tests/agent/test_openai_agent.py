@@ -59,6 +59,21 @@ async def rewriting_agent(client, sample):
     await client.chat.completions.create(model="policy", messages=[*rewritten, {"role": "user", "content": "next"}])
 
 
+ECHO = {
+    "type": "function",
+    "function": {"name": "echo", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}},
+}
+
+
+@openai_agent("test_echo_agent")
+async def echo_agent(client, sample):
+    """One call: rewards 1 when the word of the echo call comes back as the string its schema declares."""
+    messages = [{"role": "user", "content": "say 3"}]
+    reply = await client.chat.completions.create(model="policy", messages=messages, tools=[ECHO], max_tokens=64)
+    (call,) = reply.choices[0].message.tool_calls
+    return 1.0 if json.loads(call.function.arguments) == {"word": "3"} else 0.0
+
+
 def run_loop(context: AgentLoopContext, name: str, params: SamplingParams, **sample):
     loop = get_agent_loop_class(name)(context)
     return asyncio.run(loop.run(params, request_id="episode-0", **sample))
@@ -171,3 +186,10 @@ def test_the_demo_agent_runs_the_calculator_itself_and_rewards_the_call_and_the_
     assert (tool_result is None) == ("<tool_response>" not in added)
     if tool_result is not None:
         assert f"<tool_response>\n{tool_result}" in added
+
+
+def test_the_agents_tools_reach_the_parser_so_a_qwen3_xml_value_keeps_its_declared_type(make_server, make_context):
+    server = make_server(["<tool_call>\n<function=echo>\n<parameter=word>\n3\n</parameter>\n</function>\n</tool_call>"])
+    context = make_context(server, format="qwen3_coder")
+    output = run_loop(context, "test_echo_agent", SamplingParams())
+    assert output.extra_fields["agent_reward"] == 1.0  # without the schema the parser reads the word as the number 3
