@@ -20,7 +20,7 @@ from hyflow.agent.chat import encode_text, render
 from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
 from hyflow.engine.sequence import CompletionOutput
 from hyflow.serving.generation import Job, generate_all, stream_all
-from hyflow.serving.images import chat_images
+from hyflow.serving.media import chat_media, check_media_model
 from hyflow.serving.requests import (
     BadRequest,
     chat_max_tokens,
@@ -42,7 +42,7 @@ from hyflow.serving.text import TextStream, cut_at_stop
 class _Prepared:
     request: ChatCompletionRequest
     job: Job
-    images: dict[str, Any] | None  # the processor's outputs of the messages' images (images.py)
+    images: dict[str, Any] | None  # the processor's outputs of the messages' images and videos (media.py)
     prefix: str  # text the assistant turn was started with (a forced tool call), "" otherwise
     reads_tools: bool
     envelope: Envelope
@@ -68,13 +68,14 @@ def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
         if open_tag is None:
             raise BadRequest(f"tool_choice={request.tool_choice!r} needs a parser with an opening tag", "tool_choice")
         prefix = tool_call_prefix(request.tool_choice, open_tag)
+    check_media_model(state, request.messages)
     try:
         text = render(state.tokenizer, template_messages(request.messages), tools, request.add_generation_prompt)
     except BadRequest:
         raise
     except Exception as error:  # the template's complaint is about the client's messages
         raise BadRequest(f"the chat template rejected the messages: {error}", "messages") from error
-    ids, images = chat_images(state, request.messages, encode_text(state.tokenizer, text + prefix))
+    ids, images = chat_media(state, request, encode_text(state.tokenizer, text + prefix))
     max_tokens = fit_max_tokens(len(ids), chat_max_tokens(request), state.max_model_len)
     top = (request.top_logprobs or 0) if request.logprobs else 0
     job = (ids, sampling_params(request, max_tokens, top))

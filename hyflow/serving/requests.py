@@ -130,13 +130,13 @@ def completion_prompts(request: CompletionRequest, tokenizer: Any) -> Completion
 
 
 def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Messages as the chat template reads them: text parts joined (a message with images keeps its parts, each
-    image as {"type": "image"}), tool-call arguments parsed from JSON."""
+    """Messages as the chat template reads them: text parts joined (a message with images or videos keeps its parts,
+    each image as {"type": "image"}, each video as {"type": "video"}), tool-call arguments parsed from JSON."""
     rendered = []
     for index, message in enumerate(messages):
         content = message.content
-        if isinstance(content, list) and any(part.type == "image_url" for part in content):
-            content = [{"type": "text", "text": p.text} if p.type == "text" else {"type": "image"} for p in content]
+        if isinstance(content, list) and any(part.type != "text" for part in content):
+            content = [_template_part(part) for part in content]
         elif isinstance(content, list):
             content = "\n".join(part.text for part in content)
         entry: dict[str, Any] = {"role": message.role, "content": content or ""}
@@ -148,6 +148,12 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
             entry["tool_calls"] = [_template_tool_call(call, index) for call in message.tool_calls]
         rendered.append(entry)
     return rendered
+
+
+def _template_part(part: Any) -> dict[str, Any]:
+    if part.type == "text":
+        return {"type": "text", "text": part.text}
+    return {"type": "image" if part.type == "image_url" else "video"}
 
 
 def _template_tool_call(call: Any, index: int) -> dict[str, Any]:
