@@ -82,7 +82,11 @@ def build_state(args: argparse.Namespace) -> ServingState:
     )
     engine = LLMEngine(args.model, config, tokenizer)
     parser = ToolParser.get(args.tool_call_parser, tokenizer) if args.tool_call_parser else None
-    limits = ServerLimits(args.request_timeout, args.max_request_bytes, args.max_video_frames)
+    limits = ServerLimits(
+        request_timeout=args.request_timeout,
+        max_request_bytes=args.max_request_bytes,
+        max_video_frames=args.max_video_frames,
+    )
     processor = load_processor(args.model)  # None for a text model
     return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
 

@@ -109,6 +109,14 @@ def test_a_video_part_is_answered_with_the_engines_tokens_for_that_clip(served):
     assert prompt.count(served.processor.video_token_id) == 8
 
 
+def test_a_streamed_video_reply_carries_the_same_tokens(served):
+    clip = data_url(gif(seed=20))
+    whole = served.ask(served.client, [video_part(clip)], **GREEDY).choices[0].model_extra["token_ids"]
+    stream = served.ask(served.client, [video_part(clip)], stream=True, **GREEDY)
+    streamed = [token for chunk in stream for token in (chunk.choices[0].model_extra or {}).get("token_ids", [])]
+    assert streamed == whole and len(whole) == 6
+
+
 @pytest.mark.timeout(300)
 def test_an_image_beside_a_video_at_the_requests_fps_gives_the_engines_tokens(served):
     image, clip = random_image(7), gif(seed=10)
