@@ -5,8 +5,9 @@ tokens expanded, and the processor's outputs.
 
 Images: `{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`; videos: vLLM's
 `{"type": "video_url", "video_url": {"url": "data:image/gif;base64,..."}}` (decoded in videos.py, with the
-request's `mm_processor_kwargs.fps`). Only inline `data:` URLs are read: the server downloads nothing, so an
-http(s) URL is a 400 that says how to send the image or clip instead. The chat template renders one pad token per
+request's `mm_processor_kwargs.fps`). The bytes come from inline `data:` URLs, or `file://` URLs under the
+server's `--allowed-local-media-path` (media_urls.py): the server downloads nothing, so an http(s) URL is a 400
+that says how to send the image or clip instead. The chat template renders one pad token per
 part; the model's processor (loaded from the model folder, `ServingState.processor`) turns pictures into
 `pixel_values` / `image_grid_thw` and clips into `pixel_values_videos` / `video_grid_thw` (and Qwen2.5-VL's
 `second_per_grid_ts`), as the data path does for training (hyflow/data/multimodal.py, video.py), and each pad
@@ -15,8 +16,6 @@ becomes as many pads as its image or video has tokens.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 from typing import Any
 
@@ -24,40 +23,31 @@ from PIL import Image
 
 from hyflow.data.multimodal import expand_vision_pads, image_features
 from hyflow.data.video import video_features
+from hyflow.serving.media_urls import part_bytes
 from hyflow.serving.requests import BadRequest
 from hyflow.serving.schema import ChatCompletionRequest, ChatMessage
 from hyflow.serving.videos import message_videos, video_parts
 
 
-def decode_image_url(url: str, where: str) -> Image.Image:
-    """The RGB picture of an inline `data:image/...;base64,` URL; BadRequest (naming `where`) otherwise."""
-    if url.startswith(("http://", "https://")):
-        raise BadRequest(
-            f"{where}: image_url {url[:80]!r} is a web address, and hyflow serve downloads nothing; send the image "
-            "inline as a data URL: data:image/png;base64,<the file's bytes in base64>",
-            "messages",
-        )
-    header, _, data = url.partition(",")
-    if not header.startswith("data:image/") or not header.endswith(";base64") or not data:
-        raise BadRequest(
-            f"{where}: image_url must be data:image/<format>;base64,<data> (got {url[:40]!r}...)", "messages"
-        )
+def decode_image_url(url: str, where: str, allowed_root: str | None = None) -> Image.Image:
+    """The RGB picture of an image part's URL (media_urls.py); BadRequest (naming `where`) otherwise."""
+    data = part_bytes(url, where, "image", allowed_root)
     try:
-        image = Image.open(io.BytesIO(base64.b64decode(data, validate=True)))
+        image = Image.open(io.BytesIO(data))
         image.load()
-    except (binascii.Error, ValueError, OSError) as error:
+    except Exception as error:  # Pillow raises several types for broken data (OSError, EOFError, SyntaxError, ...)
         raise BadRequest(f"{where}: the image_url data is not a readable image ({error})", "messages") from error
     return image.convert("RGB")
 
 
-def message_images(messages: list[ChatMessage]) -> list[Image.Image]:
+def message_images(messages: list[ChatMessage], allowed_root: str | None = None) -> list[Image.Image]:
     """The pictures of the messages' image parts, in order."""
     images = []
     for index, message in enumerate(messages):
         parts = message.content if isinstance(message.content, list) else []
         for k, part in enumerate(parts):
             if part.type == "image_url":
-                images.append(decode_image_url(part.image_url.url, f"messages[{index}].content[{k}]"))
+                images.append(decode_image_url(part.image_url.url, f"messages[{index}].content[{k}]", allowed_root))
     return images
 
 
@@ -105,8 +95,8 @@ def chat_media(state: Any, request: ChatCompletionRequest, ids: list[int]) -> tu
         return ids, None
     check_media_model(state, messages)
     processor = state.processor
-    images = message_images(messages)
-    videos = message_videos(messages, request.mm_processor_kwargs, state.limits.max_video_frames)
+    images = message_images(messages, state.limits.allowed_local_media_path)
+    videos = message_videos(messages, request.mm_processor_kwargs, state.limits)
     _check_pads(ids, processor.image_token_id, len(images), "image")
     if videos:
         _check_pads(ids, processor.video_token_id, len(videos), "video")

@@ -64,7 +64,7 @@ class TextPart(_Strict):
 
 
 class ImageURL(_Strict):
-    url: str  # data:image/<format>;base64,<data> (web addresses are refused: nothing is downloaded)
+    url: str  # data:image/<format>;base64,<data>, or file:// under --allowed-local-media-path (never the web)
     detail: Literal["auto", "low", "high"] | None = None
 
 
@@ -74,7 +74,7 @@ class ImagePart(_Strict):
 
 
 class VideoURL(_Strict):
-    url: str  # data:video/<format>;base64,<data> or data:image/gif;base64,<data> (vLLM's video_url part)
+    url: str  # data:video/<format>;base64,<data>, data:image/gif;base64,<data>, or file:// as for images
 
 
 class VideoPart(_Strict):

@@ -17,11 +17,14 @@ from hyflow.serving.text import TokenTexts
 class ServerLimits:
     """`request_timeout`: seconds a request may run before it is aborted (HTTP 408, or an error event in a stream);
     `max_request_bytes`: the largest request body accepted (HTTP 413 above); `max_video_frames`: the most frames
-    one video part may have (HTTP 400 above; vLLM samples 32 frames of a video by default)."""
+    one video part may have (HTTP 400 above; vLLM samples 32 frames of a video by default);
+    `allowed_local_media_path`: the directory whose files image and video parts may name as `file://` URLs (None:
+    inline data only)."""
 
     request_timeout: float = 600.0
     max_request_bytes: int = 4 * 2**20
     max_video_frames: int = 32
+    allowed_local_media_path: str | None = None
 
 
 @dataclass

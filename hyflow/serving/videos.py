@@ -1,12 +1,13 @@
 """Video parts of chat messages, vLLM's `{"type": "video_url", "video_url": {"url": "data:image/gif;base64,..."}}`,
 as the clips the processor takes (`hyflow.data.video.Video`: every frame, and the frame rate).
 
-    videos = message_videos(request.messages, request.mm_processor_kwargs, max_frames=32)
+    videos = message_videos(request.messages, request.mm_processor_kwargs, state.limits)
 
-As for image parts, only inline `data:` URLs are read (the server downloads nothing): `data:video/<format>;base64,`
-or `data:image/<format>;base64,` (a GIF's type is image/gif). A clip is decoded with Pillow, as the data path
-decodes a row's video files (hyflow/data/video.py): GIF, animated WebP or animated PNG, no video library. No frame
-is sampled or dropped, so a clip of more frames than the server's `--max-video-frames` is refused, not cut.
+As for image parts, the bytes come from an inline `data:` URL, `data:video/<format>;base64,` or
+`data:image/<format>;base64,` (a GIF's type is image/gif), or a `file://` URL under `--allowed-local-media-path`
+(media_urls.py); the server downloads nothing. A clip is decoded with Pillow, as the data path decodes a row's
+video files (hyflow/data/video.py): GIF, animated WebP or animated PNG, no video library. No frame is sampled or
+dropped, so a clip of more frames than the server's `--max-video-frames` is refused, not cut.
 
 A clip's frame rate is vLLM's `mm_processor_kwargs.fps` (one number for every video part, or a list with one per
 part, as verl gives each video its `fps`), else the file's frame duration, else 2 frames per second (the data
@@ -16,45 +17,25 @@ path's default). It tells the model how far apart the frames are: Qwen2.5-VL's t
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import math
 
 from PIL import Image, ImageSequence
 
 from hyflow.data.video import DEFAULT_FPS, Video
+from hyflow.serving.media_urls import part_bytes
 from hyflow.serving.requests import BadRequest
 from hyflow.serving.schema import ChatMessage, ProcessorKwargs
+from hyflow.serving.state import ServerLimits
 
 DECODABLE = "a GIF, an animated WebP or an animated PNG (convert other formats first, e.g. with ffmpeg)"
 
 
-def _clip_bytes(url: str, where: str) -> bytes:
-    """The bytes of an inline `data:video/...;base64,` (or `data:image/...`) URL; BadRequest otherwise."""
-    if url.startswith(("http://", "https://")):
-        raise BadRequest(
-            f"{where}: video_url {url[:80]!r} is a web address, and hyflow serve downloads nothing; send the clip "
-            "inline as a data URL: data:image/gif;base64,<the file's bytes in base64>",
-            "messages",
-        )
-    header, _, data = url.partition(",")
-    if not header.startswith(("data:video/", "data:image/")) or not header.endswith(";base64") or not data:
-        raise BadRequest(
-            f"{where}: video_url must be data:video/<format>;base64,<data> or data:image/gif;base64,<data> (got "
-            f"{url[:40]!r}...)",
-            "messages",
-        )
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as error:
-        raise BadRequest(f"{where}: the video_url data is not base64 ({error})", "messages") from error
-
-
-def decode_video_url(url: str, where: str, fps: float | None, max_frames: int) -> Video:
-    """The clip of one video part: its RGB frames (at most `max_frames`, all of one size) and its frame rate
-    (`fps`, else the file's frame duration, else 2); a BadRequest naming `where` when it is not one."""
-    data = _clip_bytes(url, where)
+def decode_video_url(url: str, where: str, fps: float | None, limits: ServerLimits) -> Video:
+    """The clip of one video part: its RGB frames (at most `limits.max_video_frames`, all of one size) and its frame
+    rate (`fps`, else the file's frame duration, else 2); a BadRequest naming `where` when it is not one."""
+    data = part_bytes(url, where, "video", limits.allowed_local_media_path)
+    max_frames = limits.max_video_frames
     try:
         with Image.open(io.BytesIO(data)) as clip:
             num_frames = getattr(clip, "n_frames", 1)
@@ -108,8 +89,8 @@ def video_parts(messages: list[ChatMessage]) -> list[tuple[str, str]]:
     return found
 
 
-def message_videos(messages: list[ChatMessage], kwargs: ProcessorKwargs | None, max_frames: int) -> list[Video]:
+def message_videos(messages: list[ChatMessage], kwargs: ProcessorKwargs | None, limits: ServerLimits) -> list[Video]:
     """The clips of the messages' video parts, in order, with their frame rates."""
     parts = video_parts(messages)
     rates = _frame_rates(kwargs, len(parts)) if parts else []
-    return [decode_video_url(url, where, fps, max_frames) for (where, url), fps in zip(parts, rates)]
+    return [decode_video_url(url, where, fps, limits) for (where, url), fps in zip(parts, rates)]

@@ -141,6 +141,18 @@ def test_the_frame_rate_is_the_requests_fps_else_the_files(served):
     assert per_part["second_per_grid_ts"].tolist() == [2.0, 0.25]
 
 
+def test_a_clip_named_by_a_file_url_under_the_allowed_directory_is_answered_as_the_same_clip_inline(
+    served, tmp_path, monkeypatch
+):
+    clip = gif(seed=30)
+    (tmp_path / "clip.gif").write_bytes(clip)
+    monkeypatch.setattr(served.state.limits, "allowed_local_media_path", str(tmp_path))
+    from_file = served.ask(served.client, [video_part(f"file://{tmp_path}/clip.gif")], **GREEDY)
+    inline = served.ask(served.client, [video_part(data_url(clip))], **GREEDY)
+    assert from_file.choices[0].model_extra["token_ids"] == inline.choices[0].model_extra["token_ids"]
+    assert served.inputs[-2]["pixel_values_videos"].equal(served.inputs[-1]["pixel_values_videos"])
+
+
 @pytest.mark.parametrize(
     "url, message",
     [
