@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import os
 import pickle
 import time
 from collections.abc import Iterable, Iterator
@@ -43,7 +44,7 @@ import torch.distributed as dist
 from hyflow.workers.ipc_transfer import CudaIpcSharing, SharedBufferTransport
 from hyflow.workers.weight_sync import SyncStats
 
-__all__ = ["WeightChannel", "channel_backend", "device_identity", "pack_bucket", "unpack_bucket"]
+__all__ = ["IPC_OPT_IN", "WeightChannel", "channel_backend", "device_identity", "pack_bucket", "unpack_bucket"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +68,20 @@ def device_identity() -> str:
     return f"cuda:{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
 
 
-def channel_backend(identities: list[str]) -> str:
-    """The transport for members with these `device_identity`s (member 0 the sender): "ipc" when there are
-    receivers and all of them share the sender's GPU; "nccl" when every member holds a GPU no other member holds
-    (and torch has NCCL); "gloo" otherwise (a member without a GPU, or some members sharing a GPU and others not)."""
+IPC_OPT_IN = "HYFLOW_WEIGHT_CHANNEL_IPC"  # "1": members sharing the sender's GPU use CUDA IPC (see channel_backend)
+
+
+def channel_backend(identities: list[str], allow_ipc: bool = False) -> str:
+    """The transport for members with these `device_identity`s (member 0 the sender): "ipc" when `allow_ipc` and
+    there are receivers and all of them share the sender's GPU; "nccl" when every member holds a GPU no other member
+    holds (and torch has NCCL); "gloo" otherwise (a member without a GPU, members sharing a GPU without IPC, or some
+    members sharing a GPU and others not).
+
+    CUDA IPC is opt-in (`HYFLOW_WEIGHT_CHANNEL_IPC=1` in training rank 0's environment) until it has run on a GPU:
+    its protocol is tested on CPU through shared host memory, its CUDA handles only by a GPU test
+    (`tests/workers/test_weight_channel_ipc.py`) that no lease has run yet."""
     on_gpus = all(identity.startswith("cuda:") for identity in identities)
-    if on_gpus and len(identities) > 1 and len(set(identities)) == 1:
+    if allow_ipc and on_gpus and len(identities) > 1 and len(set(identities)) == 1:
         return "ipc"
     return "nccl" if on_gpus and len(set(identities)) == len(identities) and dist.is_nccl_available() else "gloo"
 
@@ -193,9 +202,13 @@ class WeightChannel:
         timeout = datetime.timedelta(seconds=timeout_s)
         store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
         store.set(f"device/{rank}", device_identity())
-        backend = channel_backend([store.get(f"device/{r}").decode() for r in range(world_size)])
-        if rank == 0:
+        if rank == 0:  # the sender decides for every member, so they agree whatever their environments
+            identities = [store.get(f"device/{r}").decode() for r in range(world_size)]
+            backend = channel_backend(identities, allow_ipc=os.environ.get(IPC_OPT_IN) == "1")
+            store.set("backend", backend)
             logger.info("weight channel on %s: %d rollout worker(s)", _TRANSPORTS[backend], world_size - 1)
+        else:
+            backend = store.get("backend").decode()
         if backend == "ipc":
             device = torch.device("cuda", torch.cuda.current_device())
             return cls(SharedBufferTransport(store, rank, world_size, CudaIpcSharing(), timeout_s, device), rank, store)
