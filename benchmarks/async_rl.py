@@ -9,10 +9,10 @@ GPU with `--device cuda`.
     python benchmarks/async_rl.py --tool-delay-s 2 --modes sync,async1   # agent loops, every 8th tool call slow
 
 On one GPU (`--device cuda`) the rollout worker runs beside the training worker on the same device
-(`trainer.rollout_shares_devices`): generation and updates overlap by sharing it, the weights cross over gloo
-(NCCL needs a GPU per member), and the engine's KV cache takes `--gpu-memory-utilization` of the device. With
-`--gpus 2` the rollout worker has a GPU of its own and the weights go device to device over NCCL (`colocated`
-then still uses one GPU). The model
+(`trainer.rollout_shares_devices`): generation and updates overlap by sharing it, the weights cross through gloo
+and host memory (or CUDA IPC with `HYFLOW_WEIGHT_CHANNEL_IPC=1`: hyflow.workers.ipc_transfer), and the engine's
+KV cache takes `--gpu-memory-utilization` of the device. With `--gpus 2` the rollout worker has a GPU of its own
+and the weights go device to device over NCCL (`colocated` then still uses one GPU). The model
 has Qwen2-0.5B's layers (`--shape 0.5b`, the default there) with the tiny tokenizer's vocabulary, so the arithmetic
 task's prompts stay valid; the batch defaults grow to 64 prompts x 8 samples of 256 tokens.
 

@@ -2,8 +2,10 @@
 default trainer, FSDP actor and vLLM rollout on the same GPU), timed by verl's own `timing_s/step` metric.
 
 verl runs in a child process with its own packages: `--verl-path` is a `PYTHONPATH` (folders joined by `:`) that
-holds verl's source and the versions it pins (transformers < 5.11, Ray, transfer_queue, codetiming, ...; vLLM
-0.25.0 unpacked from ../shared/peers), so hyflow's side keeps the machine's packages. The child reads the same
+holds verl's source and the versions it pins (transformers < 5.11, Ray, transfer_queue, codetiming, ...: built by
+`benchmarks/peers/pack_verl.sh`, unpacked by `unpack_verl.sh`; vLLM 0.25.0 unpacked from ../shared/peers; no TRL,
+whose 1.16 lacks the value-head class verl imports when TRL is importable), so hyflow's side keeps the machine's
+packages. The child reads the same
 random-weight model, tokenizer, parquet prompts and reward function (`grpo_step.compute_score`) as the other sides,
 and is configured like them: GRPO, beta = 0 (no reference model, no KL loss), one optimizer step per batch
 (`ppo_mini_batch_size` = prompts), responses of exactly `--response-length` tokens (`rollout.ignore_eos`), sampling
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 STEP_LINE = re.compile(r"(?:^|\) )step:(\d+) - (.*)$")  # Ray prefixes "(TaskRunner pid=N) "
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours that prefix on a terminal-less run too
 
 
 def verl_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Path, reward_file: Path) -> list[str]:
@@ -46,7 +49,11 @@ def verl_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Path,
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={assets['model']}",
         f"actor_rollout_ref.model.tokenizer_path={assets['tokenizer']}",
-        "actor_rollout_ref.model.use_remove_padding=True",
+        # FlashAttention 2's package is not on the GPU machine (no wheel for torch 2.11 + CUDA 13), and verl's
+        # remove-padding path imports its `bert_padding`; SDPA on padded rows instead. Every prompt here has
+        # exactly `--prompt-length` tokens and every response `--response-length`, so no row carries padding.
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch_size}",
@@ -84,7 +91,7 @@ def parse_step_lines(lines: list[str]) -> list[dict[str, float]]:
     """verl's console logger lines → one dict per step of its numeric metrics, in step order."""
     steps: dict[int, dict[str, float]] = {}
     for line in lines:
-        match = STEP_LINE.search(line.strip())
+        match = STEP_LINE.search(ANSI_ESCAPE.sub("", line).strip())
         if not match:
             continue
         metrics = {}

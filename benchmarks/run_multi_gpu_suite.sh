@@ -10,7 +10,9 @@
 #             not fit one GPU) (tokens/s per GPU: goal >= 0.9x);
 #   rollout — the generation engine at TP=1 and TP=2 (0.5B, cases a, b, c);
 #   grpo    — a GRPO step: 0.5B on 1 GPU (local backend) and on N Ray workers; 7B on 1 GPU and on N workers
-#             (one engine per GPU); on 8 GPUs the 32B shape with TP 8 (needs Ray).
+#             (one engine per GPU); on 8 GPUs the 32B shape with TP 8 (needs Ray). Each training rank reads only
+#             its 1/N rows of each tensor from the checkpoint into its GPU shards (hyflow/workers/lean_load.py):
+#             host memory per rank for loading is one tensor's 1/N rows, not the whole model.
 # `engines` names actor and rollout. About 2-6 minutes a part (sync and grpo longer at 7B / 32B).
 # NVLink multicast stays off, as the machines that lend several GPUs ask.
 set -uo pipefail

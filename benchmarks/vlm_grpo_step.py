@@ -36,7 +36,8 @@ from typing import Any
 import pandas as pd
 import torch
 import transformers
-from grpo_step import measured_side, timed_run_overrides, train_and_time
+from grpo_step_hyflow import timed_run_overrides, train_and_time
+from grpo_step_measure import measured_side
 from grpo_step_report import print_table
 from PIL import Image
 from tokenizers import Tokenizer, models, pre_tokenizers

@@ -36,6 +36,7 @@ from typing import Any
 from hyflow import fields as F
 from hyflow.agent.chat import encode_prompt
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, register_agent_loop
+from hyflow.agent.tools.schemas import request_tool_schemas
 from hyflow.engine.config import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class RolloutEndpoint:
         """The reply as the template renders it back: its text, and its calls when the request had tools."""
         if not tools:
             return {"role": "assistant", "content": content}
-        parsed = self.loop.context.tool_parser.parse(content)
+        parsed = self.loop.context.tool_parser.parse(content, request_tool_schemas(tools))  # typed by the schemas
         self.data.metrics.num_malformed_tool_calls += parsed.num_malformed
         if not parsed.calls:
             return {"role": "assistant", "content": content}

@@ -2,7 +2,8 @@
 an `openai.AsyncOpenAI` client through httpx's ASGI transport (in process, no socket, on the loop's event loop).
 
 Only `POST /v1/chat/completions`, not streamed, one choice: what agent programs send. Requests are read with the
-server's schema (hyflow.serving.schema), so keys hyflow does not know are refused the same way.
+server's schema (hyflow.serving.schema), so keys hyflow does not know are refused the same way. Content is text:
+an image or video part is refused with a 400 (the trajectory would hold its pad tokens without the pixels).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hyflow.serving.app import error_body
-from hyflow.serving.requests import BadRequest, chat_max_tokens, template_messages
+from hyflow.serving.requests import BadRequest, chat_max_tokens, parser_tools, template_messages
 from hyflow.serving.responses import Envelope, usage
 from hyflow.serving.schema import ChatCompletionRequest
 
@@ -38,6 +39,18 @@ def _client_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _check_text_only(body: ChatCompletionRequest) -> None:
+    for index, message in enumerate(body.messages):
+        parts = message.content if isinstance(message.content, list) else []
+        media = [part.type for part in parts if part.type != "text"]
+        if media:
+            raise BadRequest(
+                f"messages[{index}] has a {media[0]} part, but the openai_agent rollout endpoint trains on text "
+                "conversations only; send text content (images and videos go through the tool_agent loop)",
+                "messages",
+            )
+
+
 def endpoint_app(endpoint: RolloutEndpoint, model_name: str = "policy") -> FastAPI:
     from hyflow.agent.openai_agent import HistoryRewritten
 
@@ -56,8 +69,11 @@ def endpoint_app(endpoint: RolloutEndpoint, model_name: str = "policy") -> FastA
     async def chat(body: ChatCompletionRequest) -> dict[str, Any]:
         if body.stream or body.n != 1:
             raise BadRequest("the rollout endpoint answers one choice, not streamed: send n=1 and stream=false")
+        _check_text_only(body)
         reads_tools = bool(body.tools) and body.tool_choice != "none"
         tools = [tool.model_dump(exclude_none=True) for tool in body.tools] if reads_tools else None
+        if reads_tools:
+            parser_tools(body.tools)  # a tool schema the parser cannot read is a 400 before anything is generated
         message, reason, prompt_tokens, completion_tokens = await endpoint.complete(
             template_messages(body.messages), tools, chat_max_tokens(body)
         )

@@ -3,9 +3,11 @@ verl's class and format names:
 
 - `qwen3_coder` (`Qwen3XMLToolParser`; Qwen3-Coder / Qwen3.5 XML): `<tool_call><function=NAME><parameter=KEY>VALUE
   </parameter>...</function></tool_call>`. A value is read by its parameter's declared type when the tool's schema
-  is given (`string` stays text, `integer` / `number` / `boolean` are converted, anything else is JSON or a Python
-  literal, read by `ast.literal_eval`, never `eval`); without a schema it is JSON when it parses, else text. A
-  value that does not convert stays text; a parameter cut off before its `>` is skipped.
+  is given (`string` stays text, `integer` / `number` / `boolean` are converted, also as the non-null type of an
+  `anyOf`, anything else is JSON or a Python literal, read by `ast.literal_eval`, never `eval`); without a schema
+  it is JSON when it parses, else text. A value that does not convert stays text; a parameter cut off before its
+  `>` is skipped. `hyflow serve` passes the request's `tools` (request_tool_schemas), as the agent loop passes its
+  tools' schemas.
 - `kimi` / `kimi_k2` (`KimiToolParser`): `<|tool_calls_section_begin|><|tool_call_begin|>ID
   <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>`. The ID (usually
   `functions.NAME:IDX`) is kept as `tool_call_id`; the name is read from it, matched against the tools' names.
@@ -74,7 +76,10 @@ def _parameter_types(name: str, tools: list[OpenAIFunctionToolSchema] | None) ->
             types = {}
             for key, spec in tool.function.parameters.properties.items():
                 kinds = spec.type if isinstance(spec.type, list) else [spec.type]
-                kinds = [kind for kind in kinds if kind not in (None, "null")]
+                if spec.type is None:  # {"anyOf": [{"type": "integer"}, {"type": "null"}]} (pydantic's Optional)
+                    options = (spec.model_extra or {}).get("anyOf") or []
+                    kinds = [option.get("type") for option in options if isinstance(option, dict)]
+                kinds = [kind for kind in kinds if isinstance(kind, str) and kind != "null"]
                 types[key] = "number" if "number" in kinds else str(kinds[0] if kinds else "string").lower()
             return types
     return None

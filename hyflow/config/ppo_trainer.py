@@ -1,5 +1,6 @@
 """The root config of `python -m hyflow.trainer.main_ppo` (Hydra config name `ppo_trainer`), and the facts the
-trainer derives from several sections at once (`use_critic`, `use_reference_policy`, `recompute_old_log_prob`)."""
+trainer derives from several sections at once (`use_critic`, `use_reference_policy`, `recompute_old_log_prob`,
+`tokenizer_source`)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ class PPOTrainerConfig:
     def use_reference_policy(self) -> bool:
         """Whether a reference policy is needed: for a KL loss or KL in the reward."""
         return self.actor_rollout_ref.actor.use_kl_loss or self.algorithm.use_kl_in_reward
+
+    @property
+    def tokenizer_source(self) -> tuple[str, str | None]:
+        """The key and folder of the trainer's tokenizer, the first set of `data.tokenizer`,
+        `actor_rollout_ref.model.tokenizer_path` and `actor_rollout_ref.model.path`; ("", None) when none is."""
+        model = self.actor_rollout_ref.model
+        sources = [
+            ("data.tokenizer", self.data.tokenizer),
+            ("actor_rollout_ref.model.tokenizer_path", model.tokenizer_path),
+            ("actor_rollout_ref.model.path", model.path),
+        ]
+        return next(((key, path) for key, path in sources if path is not None), ("", None))
 
     def old_log_prob_pass_reasons(self) -> list[str]:
         """What needs `old_log_probs` from a pass of their own before the actor update, one phrase each naming its

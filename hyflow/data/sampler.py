@@ -2,6 +2,7 @@
 batch it would have seen.
 
     loader = build_dataloader(dataset, config.data, train=True)
+    loader = build_prompt_loader(config.data.train_files, tokenizer, config.data, train=True)  # from the files
     for batch in loader: ...                    # dict of tensors / object arrays (see hyflow.data.collate)
     state = loader.state_dict()                 # {"epoch", "samples_seen", ...}: save it with the checkpoint
     loader.load_state_dict(state)               # after a restart: continue with the next batch
@@ -21,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from hyflow.config.data import DataConfig
 from hyflow.data.collate import collate_fn
+from hyflow.data.dataset import RLHFDataset
 
 logger = logging.getLogger(__name__)
 
@@ -138,3 +140,18 @@ def build_dataloader(dataset: Dataset, config: DataConfig, train: bool) -> State
     return StatefulDataLoader(
         dataset, batch_size, shuffle, config.seed, num_workers=config.dataloader_num_workers, drop_last=train
     )
+
+
+def build_prompt_loader(
+    files: Any, tokenizer: Any, config: DataConfig, train: bool, processor: Any = None
+) -> StatefulDataLoader:
+    """The prompts of `files` as an `RLHFDataset` (at most `train_max_samples` / `val_max_samples` rows) in the
+    training or the validation loader (`build_dataloader`)."""
+    if not files:
+        raise ValueError(
+            f"data.{'train' if train else 'val'}_files is not set: give a parquet file in the verl schema (e.g. from "
+            "`hyflow prepare-data arith --output data/arith`), or run `hyflow demo`."
+        )
+    max_samples = config.train_max_samples if train else config.val_max_samples
+    dataset = RLHFDataset(files, tokenizer, config, processor=processor, max_samples=max_samples)
+    return build_dataloader(dataset, config, train=train)

@@ -3,6 +3,12 @@
     tokenizer = load_tokenizer(model_path, require_chat_template=True)
     policy = load_causal_lm(model_path, dtype=torch.float32, override_config={"attention_dropout": 0.0})
     critic = load_value_model(critic_path)                       # backbone + scalar value head
+    skeleton = load_causal_lm(model_path, empty_weights=True)     # parameters on `meta`, buffers real
+
+`empty_weights=True` builds the same module from the folder's config with every parameter on the `meta` device
+(nothing allocated, nothing read) and every buffer real, computed by the module's own `__init__` as
+`from_pretrained` computes it (rotary `inv_freq`); `hyflow.workers.lean_load` fills the parameters after FSDP2 has
+sharded them, each rank only its own shards.
 
 Every path is checked first: one that is not a local folder holding a `config.json` is a `ValueError` that names
 the key it came from and says that hyflow does not download.
@@ -10,13 +16,16 @@ the key it came from and says that hyflow does not download.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+from torch import nn
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
 from hyflow.models.folders import check_local_model_folder
 from hyflow.models.multimodal import auto_model_class, value_backbone
@@ -68,6 +77,39 @@ def load_model_config(
     return config
 
 
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Every parameter a module registers inside the block is moved to the `meta` device as it is registered
+    (its initialisation then runs on meta: no memory, no random draws); buffers are created as usual."""
+    register = nn.Module.register_parameter
+
+    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and param.device.type != "meta":
+            module._parameters[name] = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def _build(
+    path: str, config: transformers.PretrainedConfig, empty_weights: bool, **kwargs: Any
+) -> transformers.PreTrainedModel:
+    """`from_pretrained(path)`, or with `empty_weights` the same module from `config` with its parameters on meta,
+    in eval mode and with the folder's generation config, as `from_pretrained` leaves it."""
+    model_class = auto_model_class(config)
+    if not empty_weights:
+        return model_class.from_pretrained(path, config=config, **kwargs)
+    with parameters_on_meta():
+        model = model_class.from_config(config, **kwargs)
+    if model.can_generate() and os.path.isfile(os.path.join(path, "generation_config.json")):
+        model.generation_config = GenerationConfig.from_pretrained(path)
+    return model.eval()
+
+
 def load_causal_lm(
     path: str | os.PathLike,
     dtype: torch.dtype = torch.float32,
@@ -75,15 +117,17 @@ def load_causal_lm(
     trust_remote_code: bool = False,
     attn_implementation: str | None = None,
     key: str = "actor_rollout_ref.model.path",
+    empty_weights: bool = False,
 ) -> torch.nn.Module:
     """`AutoModelForCausalLM.from_pretrained` on a checked local folder, in `dtype`, with config overrides; a
-    vision-language folder (its config has a `vision_config`) loads with `AutoModelForImageTextToText`."""
+    vision-language folder (its config has a `vision_config`) loads with `AutoModelForImageTextToText`.
+    `empty_weights`: parameters on meta, nothing read (see the module docstring)."""
     path = check_local_model_folder(path, key)
     config = load_model_config(path, override_config, trust_remote_code)
-    kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "config": config, "trust_remote_code": trust_remote_code}
+    kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    return auto_model_class(config).from_pretrained(path, **kwargs)
+    return _build(path, config, empty_weights, **kwargs)
 
 
 def load_value_model(
@@ -92,13 +136,17 @@ def load_value_model(
     override_config: dict[str, Any] | None = None,
     trust_remote_code: bool = False,
     key: str = "critic.model.path",
+    empty_weights: bool = False,
 ) -> ValueModel:
-    """A critic: the causal LM's backbone plus a scalar value head (restored if the folder has one, else zero)."""
-    path = check_local_model_folder(path, key)
-    config = load_model_config(path, override_config, trust_remote_code)
-    lm = auto_model_class(config).from_pretrained(
-        path, config=config, trust_remote_code=trust_remote_code, **{DTYPE_KWARG: dtype}
-    )
+    """A critic: the causal LM's backbone plus a scalar value head (restored if the folder has one, else zero).
+    `empty_weights`: the backbone's parameters on meta (the small head is real, as above)."""
+    lm = load_causal_lm(path, dtype, override_config, trust_remote_code, key=key, empty_weights=empty_weights)
+    return value_model_of(lm, dtype, path)
+
+
+def value_model_of(lm: transformers.PreTrainedModel, dtype: torch.dtype, path: str) -> ValueModel:
+    """The critic on `lm`'s backbone (its LM head dropped), in `dtype`, with the value head saved in `path`
+    (zero without one)."""
     model = ValueModel(*value_backbone(lm))
     model.to(dtype)
     model.load_value_head_if_present(path)

@@ -7,10 +7,15 @@
 
 LoRA (Hu et al. 2021, arXiv:2106.09685): a frozen weight W (out, in) gets a trainable low-rank update,
 W' = W + (α / r) · B · A, with A (r, in) and B (out, r); B starts at zero so training starts from the base model.
+
+On a lean-loading skeleton (base weights on `meta`, `hyflow.workers.lean_load`) the adapters are created on the CPU
+in the base weights' dtype, with peft's initialisation (the same random draws as on a loaded model), where peft
+would move them to meta and lose their values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -22,6 +27,27 @@ from torch import nn
 ADAPTER = "default"
 _LORA_PIECE = re.compile(r"^(?P<module>.+)\.(?P<piece>base_layer|lora_A\.\w+|lora_B\.\w+)\.(?P<param>weight|bias)$")
 _PREFIXES = ("lm.", "base_model.model.")
+
+
+@contextlib.contextmanager
+def _stand_ins_for_meta(model: nn.Module) -> Iterator[None]:
+    """peft puts each adapter on its base weight's device; on a skeleton that is `meta`, where the adapter's
+    initial (or loaded) values are lost. Inside the block every meta parameter of `model` is a CPU stand-in of its
+    shape and dtype that holds one element (`expand`), so peft creates the adapters on the CPU with its usual random
+    draws; afterwards the meta parameters are back (tied ones tied again), with peft's `requires_grad`."""
+    swapped = []
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None and param.device.type == "meta":
+                stand_in = torch.zeros((), dtype=param.dtype).expand(param.shape)
+                module._parameters[name] = nn.Parameter(stand_in, requires_grad=param.requires_grad)
+                swapped.append((module, name, param))
+    try:
+        yield
+    finally:
+        for module, name, param in swapped:
+            param.requires_grad_(module._parameters[name].requires_grad)
+            module._parameters[name] = param
 
 
 def apply_lora(
@@ -44,7 +70,8 @@ def apply_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(lm, config)
+    with _stand_ins_for_meta(lm):
+        return get_peft_model(lm, config)
 
 
 def adapter_settings(adapter_path: str) -> dict[str, Any]:
@@ -73,7 +100,8 @@ def load_lora_adapter(lm: nn.Module, adapter_path: str) -> nn.Module:
     """Wrap `lm` in the saved peft adapter at `adapter_path` (as adapter "default", trainable; base frozen)."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(lm, os.path.expanduser(adapter_path), adapter_name=ADAPTER, is_trainable=True)
+    with _stand_ins_for_meta(lm):
+        return PeftModel.from_pretrained(lm, os.path.expanduser(adapter_path), adapter_name=ADAPTER, is_trainable=True)
 
 
 def hf_name(name: str) -> str:

@@ -2,10 +2,12 @@
 the whole response, or a stream of chunks.
 
 Tools: with `tool_choice` "auto" (the default when tools are given) the reply's text is read by the server's tool
-parser (`--tool-call-parser`, the agent loop's registry); "required" starts the assistant turn with the parser's
-opening tag and a named choice also with the function's name, so the model continues a call; "none" renders no
-tools and reads none. A reply with calls has `tool_calls` and finish_reason "tool_calls". While streaming with
-tools, the text is held back to the end (a call is only known once it closes) and sent with the calls.
+parser (`--tool-call-parser`, the agent loop's registry), given the request's tools as the agent loop gives its own
+(so qwen3_coder's XML values come back as their declared types: `{"n": 3}`, not `{"n": "3"}`); "required" starts
+the assistant turn with the parser's opening tag and a named choice also with the function's name, so the model
+continues a call; "none" renders no tools and reads none. A reply with calls has `tool_calls` and finish_reason
+"tool_calls". While streaming with tools, the text is held back to the end (a call is only known once it closes)
+and sent with the calls.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from hyflow.agent.chat import encode_text, render
+from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
 from hyflow.engine.sequence import CompletionOutput
 from hyflow.serving.generation import Job, generate_all, stream_all
-from hyflow.serving.images import chat_images
+from hyflow.serving.media import chat_media, check_media_model
 from hyflow.serving.requests import (
     BadRequest,
     chat_max_tokens,
     check_chat,
     check_unsupported,
     fit_max_tokens,
+    parser_tools,
     sampling_params,
     template_messages,
     tool_call_prefix,
@@ -38,10 +42,11 @@ from hyflow.serving.text import TextStream, cut_at_stop
 class _Prepared:
     request: ChatCompletionRequest
     job: Job
-    images: dict[str, Any] | None  # the processor's outputs of the messages' images (images.py)
+    images: dict[str, Any] | None  # the processor's outputs of the messages' images and videos (media.py)
     prefix: str  # text the assistant turn was started with (a forced tool call), "" otherwise
     reads_tools: bool
     envelope: Envelope
+    tool_schemas: list[OpenAIFunctionToolSchema] | None  # the request's tools, for the parser to type the values
 
     @property
     def stops(self) -> list[str]:
@@ -56,30 +61,33 @@ def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
         raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
     reads_tools = bool(request.tools) and request.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if reads_tools else None
+    tool_schemas = parser_tools(request.tools) if reads_tools else None
     prefix = ""
     if reads_tools and request.tool_choice not in (None, "auto"):
         open_tag = getattr(parser, "OPEN", None)
         if open_tag is None:
             raise BadRequest(f"tool_choice={request.tool_choice!r} needs a parser with an opening tag", "tool_choice")
         prefix = tool_call_prefix(request.tool_choice, open_tag)
+    check_media_model(state, request.messages)
     try:
         text = render(state.tokenizer, template_messages(request.messages), tools, request.add_generation_prompt)
     except BadRequest:
         raise
     except Exception as error:  # the template's complaint is about the client's messages
         raise BadRequest(f"the chat template rejected the messages: {error}", "messages") from error
-    ids, images = chat_images(state, request.messages, encode_text(state.tokenizer, text + prefix))
+    ids, images = chat_media(state, request, encode_text(state.tokenizer, text + prefix))
     max_tokens = fit_max_tokens(len(ids), chat_max_tokens(request), state.max_model_len)
     top = (request.top_logprobs or 0) if request.logprobs else 0
     job = (ids, sampling_params(request, max_tokens, top))
-    return _Prepared(request, job, images, prefix, reads_tools, Envelope("chat.completion", state.model_name))
+    envelope = Envelope("chat.completion", state.model_name)
+    return _Prepared(request, job, images, prefix, reads_tools, envelope, tool_schemas)
 
 
 def _reply(state: ServingState, prepared: _Prepared, text: str) -> tuple[dict[str, Any], str | None]:
     tools: ToolCalls | None = None
     if prepared.reads_tools:
         parallel = prepared.request.parallel_tool_calls is not False
-        tools = read_tool_calls(state.tool_parser, prepared.prefix + text, parallel)
+        tools = read_tool_calls(state.tool_parser, prepared.prefix + text, parallel, prepared.tool_schemas)
     return chat_message(text, tools)
 
 

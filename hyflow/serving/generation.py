@@ -19,7 +19,7 @@ from hyflow.serving.requests import BadRequest
 from hyflow.serving.responses import new_id
 
 Job = tuple[list[int], SamplingParams]
-Images = dict[str, Any] | None  # an image prompt's processor outputs (images.py)
+Images = dict[str, Any] | None  # an image or video prompt's processor outputs (media.py)
 
 
 def _count(metrics: ServerMetrics, output: RequestOutput) -> None:
@@ -29,7 +29,7 @@ def _count(metrics: ServerMetrics, output: RequestOutput) -> None:
 async def generate_all(
     engine: AsyncLLMEngine, jobs: list[Job], metrics: ServerMetrics, images: list[Images] | None = None
 ) -> list[RequestOutput]:
-    """The final outputs of every job, in order (`images`: each job's image inputs, images.py)."""
+    """The final outputs of every job, in order (`images`: each job's image and video inputs, media.py)."""
     images = images or [None] * len(jobs)
     tasks = [
         asyncio.ensure_future(engine.generate(ids, params, request_id=new_id("req"), multi_modal_inputs=job_images))

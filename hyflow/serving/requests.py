@@ -11,8 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema, request_tool_schemas
 from hyflow.engine.config import SamplingParams
-from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice
+from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice, ToolDef
 
 
 class BadRequest(ValueError):
@@ -129,13 +130,13 @@ def completion_prompts(request: CompletionRequest, tokenizer: Any) -> Completion
 
 
 def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """Messages as the chat template reads them: text parts joined (a message with images keeps its parts, each
-    image as {"type": "image"}), tool-call arguments parsed from JSON."""
+    """Messages as the chat template reads them: text parts joined (a message with images or videos keeps its parts,
+    each image as {"type": "image"}, each video as {"type": "video"}), tool-call arguments parsed from JSON."""
     rendered = []
     for index, message in enumerate(messages):
         content = message.content
-        if isinstance(content, list) and any(part.type == "image_url" for part in content):
-            content = [{"type": "text", "text": p.text} if p.type == "text" else {"type": "image"} for p in content]
+        if isinstance(content, list) and any(part.type != "text" for part in content):
+            content = [_template_part(part) for part in content]
         elif isinstance(content, list):
             content = "\n".join(part.text for part in content)
         entry: dict[str, Any] = {"role": message.role, "content": content or ""}
@@ -149,6 +150,12 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return rendered
 
 
+def _template_part(part: Any) -> dict[str, Any]:
+    if part.type == "text":
+        return {"type": "text", "text": part.text}
+    return {"type": "image" if part.type == "image_url" else "video"}
+
+
 def _template_tool_call(call: Any, index: int) -> dict[str, Any]:
     try:
         arguments = json.loads(call.function.arguments or "{}")
@@ -159,6 +166,15 @@ def _template_tool_call(call: Any, index: int) -> dict[str, Any]:
             "messages",
         ) from error
     return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
+
+
+def parser_tools(tools: list[ToolDef]) -> list[OpenAIFunctionToolSchema]:
+    """The request's tools as the tool parser reads them (a format such as qwen3_coder types the values it parses
+    by the declared parameter types); a 400 naming the tool whose schema is not an object."""
+    try:
+        return request_tool_schemas([tool.model_dump(exclude_none=True) for tool in tools])
+    except ValueError as error:
+        raise BadRequest(str(error), "tools") from error
 
 
 def tool_call_prefix(tool_choice: str | NamedToolChoice | None, open_tag: str) -> str:

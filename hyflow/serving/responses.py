@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hyflow.agent.parsers import ToolParser
+from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema
 from hyflow.engine.sequence import CompletionOutput
 
 
@@ -85,9 +86,12 @@ class ToolCalls:
     calls: list[dict[str, Any]]
 
 
-def read_tool_calls(parser: ToolParser, text: str, parallel: bool) -> ToolCalls:
-    """Tool calls in `text` by the server's parser (the agent loop's registry); only the first unless `parallel`."""
-    parsed = parser.parse(text)
+def read_tool_calls(
+    parser: ToolParser, text: str, parallel: bool, tools: list[OpenAIFunctionToolSchema] | None = None
+) -> ToolCalls:
+    """Tool calls in `text` by the server's parser (the agent loop's registry), which reads the argument values by
+    the request's `tools` (their declared parameter types); only the first call unless `parallel`."""
+    parsed = parser.parse(text, tools)
     calls = [
         {
             "id": new_id("call"),

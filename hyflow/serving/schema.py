@@ -3,8 +3,9 @@ checked by the tests against the `openai` client's own types).
 
 Unknown keys are rejected (HTTP 400 naming them), so a parameter hyflow does not implement is never silently
 ignored. hyflow's extras, next to OpenAI's keys: `top_k`, `min_p`, `min_tokens`, `repetition_penalty`,
-`stop_token_ids`, `ignore_eos`, `include_stop_str_in_output`, and `return_token_ids` (the choices then carry
-`token_ids` and the response `prompt_token_ids`: what RL needs).
+`stop_token_ids`, `ignore_eos`, `include_stop_str_in_output`, `return_token_ids` (the choices then carry
+`token_ids` and the response `prompt_token_ids`: what RL needs), and for chat `mm_processor_kwargs` (`fps` of the
+video parts only).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class TextPart(_Strict):
 
 
 class ImageURL(_Strict):
-    url: str  # data:image/<format>;base64,<data> (web addresses are refused: nothing is downloaded)
+    url: str  # data:image/<format>;base64,<data>, or file:// under --allowed-local-media-path (never the web)
     detail: Literal["auto", "low", "high"] | None = None
 
 
@@ -72,7 +73,23 @@ class ImagePart(_Strict):
     image_url: ImageURL
 
 
-ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+class VideoURL(_Strict):
+    url: str  # data:video/<format>;base64,<data>, data:image/gif;base64,<data>, or file:// as for images
+
+
+class VideoPart(_Strict):
+    type: Literal["video_url"]
+    video_url: VideoURL
+
+
+ContentPart = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="type")]
+
+
+class ProcessorKwargs(_Strict):
+    """vLLM's `mm_processor_kwargs` as far as hyflow reads them: `fps`, the frame rate of the request's videos (one
+    number for all, or one per video part, in order)."""
+
+    fps: float | list[float] | None = None
 
 
 class FunctionCallIn(_Strict):
@@ -136,6 +153,7 @@ class ChatCompletionRequest(_SamplingRequest):
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     add_generation_prompt: bool = True
+    mm_processor_kwargs: ProcessorKwargs | None = None  # vLLM's extra: the videos' fps
 
 
 class TokenizeRequest(_Strict):

@@ -1,6 +1,7 @@
 """`hyflow serve`: the OpenAI-compatible HTTP API on hyflow's generation engine (FastAPI + uvicorn).
 
     hyflow serve --model PATH [--host 127.0.0.1] [--port 8000] [--tool-call-parser hermes] [--max-model-len N]
+                 [--max-video-frames 32] [--allowed-local-media-path DIR]
 
 Endpoints: POST /v1/completions, /v1/chat/completions (both with stream=true), /tokenize, /detokenize; GET
 /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus). See docs/howto/serving.md.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -81,7 +83,15 @@ def build_state(args: argparse.Namespace) -> ServingState:
     )
     engine = LLMEngine(args.model, config, tokenizer)
     parser = ToolParser.get(args.tool_call_parser, tokenizer) if args.tool_call_parser else None
-    limits = ServerLimits(request_timeout=args.request_timeout, max_request_bytes=args.max_request_bytes)
+    media_root = args.allowed_local_media_path
+    if media_root is not None and not os.path.isdir(media_root):
+        raise SystemExit(f"hyflow serve: --allowed-local-media-path {media_root} is not a directory")
+    limits = ServerLimits(
+        request_timeout=args.request_timeout,
+        max_request_bytes=args.max_request_bytes,
+        max_video_frames=args.max_video_frames,
+        allowed_local_media_path=args.allowed_local_media_path,
+    )
     processor = load_processor(args.model)  # None for a text model
     return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
 
@@ -103,6 +113,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request is aborted")
     parser.add_argument("--max-request-bytes", type=int, default=4 * 2**20, help="largest request body accepted")
+    parser.add_argument("--max-video-frames", type=int, default=32, help="most frames of one video part")
+    parser.add_argument(
+        "--allowed-local-media-path", default=None, help="a directory whose files image and video parts may name"
+    )
     return parser.parse_args(argv)
 
 

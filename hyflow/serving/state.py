@@ -16,10 +16,15 @@ from hyflow.serving.text import TokenTexts
 @dataclass
 class ServerLimits:
     """`request_timeout`: seconds a request may run before it is aborted (HTTP 408, or an error event in a stream);
-    `max_request_bytes`: the largest request body accepted (HTTP 413 above)."""
+    `max_request_bytes`: the largest request body accepted (HTTP 413 above); `max_video_frames`: the most frames
+    one video part may have (HTTP 400 above; vLLM samples 32 frames of a video by default);
+    `allowed_local_media_path`: the directory whose files image and video parts may name as `file://` URLs (None:
+    inline data only)."""
 
     request_timeout: float = 600.0
     max_request_bytes: int = 4 * 2**20
+    max_video_frames: int = 32
+    allowed_local_media_path: str | None = None
 
 
 @dataclass
@@ -28,7 +33,7 @@ class ServingState:
     model_name: str
     tool_parser: ToolParser | None = None
     limits: ServerLimits = field(default_factory=ServerLimits)
-    processor: Any = None  # a vision-language model's processor (image parts of chat messages, images.py)
+    processor: Any = None  # a vision-language model's processor (image and video parts of chat messages, media.py)
     created: int = field(default_factory=lambda: int(time.time()))
     async_engine: AsyncLLMEngine = field(init=False)
     metrics: ServerMetrics = field(init=False)

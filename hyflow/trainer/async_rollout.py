@@ -9,7 +9,7 @@
 
 `fit()` stays one dataflow: only the source of its generated batches changes with `async_training.mode`.
 - sync: generate with the latest weights, then train (`PPOTrainer._training_batches`); after every update the
-  weights go to the rollout pool (`PoolWeightSync`, bucketed over a gloo `WeightChannel`).
+  weights go to the rollout pool (`PoolWeightSync`, bucketed over a `WeightChannel`).
 - one_step_off (`OneStepOff`): while step k trains on batch k, the rollout pool generates batch k+1 with the
   weights of step k−1 (the weights go over right before that generation starts). Staleness is 1 from step 2 on.
 - fully_async (`FullyAsync`): a producer thread generates chunks of `async_training.chunk_prompts` prompts without

@@ -25,6 +25,7 @@ from collections import defaultdict
 import numpy as np
 
 from hyflow import fields as F
+from hyflow.config import PPOTrainerConfig
 from hyflow.protocol import DataProto
 
 __all__ = ["GroupFilter", "filter_groups", "group_metric_values"]
@@ -86,6 +87,16 @@ class GroupFilter:
         self.num_gen_batches = 0
         self.num_groups_seen = 0
         self.last_metrics: dict[str, float] = {}  # of the last full batch: generation batches used, kept ratio
+
+    @classmethod
+    def from_config(cls, config: PPOTrainerConfig) -> GroupFilter | None:
+        """The filter `algorithm.filter_groups` asks for (`data.train_batch_size` groups of `rollout.n`), or None
+        when it is not enabled."""
+        filter_groups = config.algorithm.filter_groups
+        if not filter_groups.enable:
+            return None
+        rollout_n, prompts = config.actor_rollout_ref.rollout.n, config.data.train_batch_size
+        return cls(filter_groups.metric, prompts, rollout_n, filter_groups.max_num_gen_batches)
 
     def add(self, batch: DataProto) -> DataProto | None:
         """Filter `batch` and keep its useful groups; return the full training batch once there are enough groups.

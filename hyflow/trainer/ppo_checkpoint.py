@@ -2,6 +2,7 @@
 
     save_ppo_checkpoint(checkpoints, workers, step, kl_ctrl, train_loader, split)     # trainer.save_freq
     step = resume_ppo_checkpoint(checkpoints, config.trainer, workers, kl_ctrl, train_loader)  # None: fresh
+    if is_save_step(config.trainer, step, total_steps): ...                          # after a step's metrics line
 
 A save: the actor (and critic) workers write their shards into `global_step_N/{actor,critic}`, then
 `StepCheckpoints.finalize` writes the trainer state (dataloader position, RNG states, the adaptive KL
@@ -27,9 +28,14 @@ if TYPE_CHECKING:
 
 KLController = FixedKLController | AdaptiveKLController
 
-__all__ = ["resume_ppo_checkpoint", "save_ppo_checkpoint"]
+__all__ = ["is_save_step", "resume_ppo_checkpoint", "save_ppo_checkpoint"]
 
 KL_COEF = "kl_coef"  # the trainer state's extra key for the adaptive KL controller's value
+
+
+def is_save_step(trainer: TrainerConfig, step: int, total_steps: int) -> bool:
+    """A checkpoint every `trainer.save_freq` steps and at the last step; none with save_freq=-1 (as in verl)."""
+    return trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= total_steps)
 
 
 def save_ppo_checkpoint(

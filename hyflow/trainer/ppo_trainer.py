@@ -38,8 +38,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from hyflow import fields as F
 from hyflow.algorithms import get_kl_controller
 from hyflow.config import PPOTrainerConfig
-from hyflow.data.dataset import RLHFDataset
-from hyflow.data.sampler import build_dataloader
+from hyflow.data.sampler import build_prompt_loader
 from hyflow.protocol import DataProto
 from hyflow.reward import compute_reward, load_reward_manager
 from hyflow.trainer import off_policy, stages
@@ -49,7 +48,7 @@ from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.metrics import reduce_metrics, timer
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
-from hyflow.trainer.ppo_checkpoint import resume_ppo_checkpoint, save_ppo_checkpoint
+from hyflow.trainer.ppo_checkpoint import is_save_step, resume_ppo_checkpoint, save_ppo_checkpoint
 from hyflow.trainer.ppo_ops import compute_response_mask, step_advantages
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.step_metrics import compute_step_metrics
@@ -70,16 +69,6 @@ def run(config: PPOTrainerConfig) -> dict[str, float]:
         trainer.close()
 
 
-def _tokenizer_sources(config: PPOTrainerConfig) -> list[tuple[str, str | None]]:
-    """Where the trainer's tokenizer comes from, first set wins, with the key each path came from."""
-    model = config.actor_rollout_ref.model
-    return [
-        ("data.tokenizer", config.data.tokenizer),
-        ("actor_rollout_ref.model.tokenizer_path", model.tokenizer_path),
-        ("actor_rollout_ref.model.path", model.path),
-    ]
-
-
 class PPOTrainer:
     """Builds data, rewards and trackers from the config (checking them before any worker starts), then drives
     the worker groups. `fit()` returns the metrics of the last step (validation included)."""
@@ -89,9 +78,7 @@ class PPOTrainer:
 
         self.config = config
         model = config.actor_rollout_ref.model
-        key, tokenizer_path = next(
-            ((key, path) for key, path in _tokenizer_sources(config) if path is not None), ("", None)
-        )
+        key, tokenizer_path = config.tokenizer_source
         if tokenizer is None and tokenizer_path is None:
             raise ValueError(
                 "actor_rollout_ref.model.path=None: set it to a local Hugging Face model folder (or leave out both "
@@ -100,25 +87,22 @@ class PPOTrainer:
         trust = model.trust_remote_code
         self.tokenizer = tokenizer or load_tokenizer(tokenizer_path, trust_remote_code=trust, key=key)
         self.processor = self._processor()
-        self.train_loader = build_dataloader(self._dataset(config.data.train_files, "train"), config.data, train=True)
+        data, processor = config.data, self.processor
+        self.train_loader = build_prompt_loader(data.train_files, self.tokenizer, data, train=True, processor=processor)
         self.total_training_steps = self._total_training_steps()
         config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
         config.critic.optim.total_training_steps = self.total_training_steps
         self.reward_fn = load_reward_manager(config, self.tokenizer, num_examine=0)
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl)
-        filter_groups = config.algorithm.filter_groups
-        self.group_filter = None
-        if filter_groups.enable:
-            rollout_n, prompts = config.actor_rollout_ref.rollout.n, config.data.train_batch_size
-            self.group_filter = GroupFilter(filter_groups.metric, prompts, rollout_n, filter_groups.max_num_gen_batches)
+        self.group_filter = GroupFilter.from_config(config)  # None unless algorithm.filter_groups.enable
         trainer = config.trainer
         self.checkpoints = StepCheckpoints(
             trainer.default_local_dir, trainer.max_actor_ckpt_to_keep, trainer.max_critic_ckpt_to_keep
         )
         self.checkpoints.ensure_writable()  # a bad default_local_dir fails now, not at the first save
         self.validator: Validator | None = None
-        if config.data.val_files:
-            val_loader = build_dataloader(self._dataset(config.data.val_files, "val"), config.data, train=False)
+        if data.val_files:
+            val_loader = build_prompt_loader(data.val_files, self.tokenizer, data, train=False, processor=processor)
             val_reward_fn = load_reward_manager(config, self.tokenizer, num_examine=1)
             self.validator = Validator(config, self.tokenizer, val_loader, val_reward_fn)
         self.workers: WorkerGroups | None = None
@@ -141,16 +125,6 @@ class PPOTrainer:
         if model.path is None:
             return None
         return load_processor(model.path, model.trust_remote_code, data.min_pixels, data.max_pixels)
-
-    def _dataset(self, files: Any, split: str) -> RLHFDataset:
-        data = self.config.data
-        if not files:
-            raise ValueError(
-                "data.train_files is not set: give a parquet file in the verl schema (e.g. from "
-                "`hyflow prepare-data arith --output data/arith`), or run `hyflow demo`."
-            )
-        max_samples = data.train_max_samples if split == "train" else data.val_max_samples
-        return RLHFDataset(files, self.tokenizer, data, processor=self.processor, max_samples=max_samples)
 
     def _total_training_steps(self) -> int:
         trainer = self.config.trainer
@@ -360,9 +334,8 @@ class PPOTrainer:
     # ---- after the update -------------------------------------------------------------------------------
     def _validate_if_due(self, timing: dict[str, float]) -> dict[str, float]:
         """Validation metrics every `trainer.test_freq` steps and at the last step ({} otherwise)."""
-        trainer, step = self.config.trainer, self.global_step
-        last = step >= self.total_training_steps
-        if self.validator is None or trainer.test_freq <= 0 or not (last or step % trainer.test_freq == 0):
+        step = self.global_step
+        if self.validator is None or not self.validator.is_due(step, self.total_training_steps):
             return {}
         if self.split is not None:
             self.split.before_validation(step)
@@ -370,9 +343,9 @@ class PPOTrainer:
             return self.validator.run(self._generate, self.workers.reward_model, self.tracking, step)
 
     def _save_if_due(self) -> None:
-        """A checkpoint every `trainer.save_freq` steps and at the last step; none with save_freq=-1 (as in verl)."""
-        trainer, step = self.config.trainer, self.global_step
-        if trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= self.total_training_steps):
+        """A checkpoint when `trainer.save_freq` asks for one (`is_save_step`); its duration goes to the log."""
+        step = self.global_step
+        if is_save_step(self.config.trainer, step, self.total_training_steps):
             started = time.perf_counter()
             self.save_checkpoint()
             logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)

@@ -219,6 +219,11 @@ class Validator:
         self.loader = loader
         self.reward_fn = reward_fn
 
+    def is_due(self, step: int, total_steps: int) -> bool:
+        """Every `trainer.test_freq` steps and at the last step; never with test_freq <= 0."""
+        test_freq = self.config.trainer.test_freq
+        return test_freq > 0 and (step >= total_steps or step % test_freq == 0)
+
     def _generate_and_score(self, batch_dict: dict[str, Any], generate: Any, rm_group: Any, step: int):
         rollout = self.config.actor_rollout_ref.rollout
         val_kwargs = rollout.val_kwargs

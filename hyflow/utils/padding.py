@@ -21,7 +21,8 @@ import torch
 from tensordict import TensorDict
 
 from hyflow.models.packing import pack_rows
-from hyflow.utils.tensordict_utils import assign_non_tensor_data, get_non_tensor_data, nested_tensor_from_tensor_list
+from hyflow.utils.nested_tensors import nested_tensor_from_tensor_list
+from hyflow.utils.tensordict_columns import assign_non_tensor_data, get_non_tensor_data
 
 __all__ = [
     "build_attention_mask_from_nested",

@@ -4,6 +4,7 @@
 - `critic_worker.py`: `CriticWorker`;  `reward_model.py`: `RewardModelWorker`
 - `actor.py` / `critic.py`: `DataParallelPPOActor` / `DataParallelPPOCritic` (mini/micro-batched PPO updates)
 - `batching.py` (mini/micro-batches, token budgets), `optim.py` (AdamW, schedules, guarded step), `fsdp.py`
-  (FSDP2 wrapping, offload), `checkpoint.py` (sharded atomic checkpoints), `builders.py` (config → pieces),
+  (FSDP2 wrapping, offload), `lean_load.py` (each rank reads only its shards of the checkpoint), `checkpoint.py`
+  (sharded atomic checkpoints), `builders.py` (config → pieces),
   `merge.py` (`hyflow merge`: checkpoint → Hugging Face folder)
 """

@@ -1,4 +1,5 @@
-"""Building a role's training pieces from its config: model (LoRA, gradient checkpointing, FSDP2), optimizer,
+"""Building a role's training pieces from its config: model (LoRA, gradient checkpointing, FSDP2, loaded lean
+over several ranks: `lean_load`), optimizer,
 schedule, per-rank batch sizes, and the Hugging Face assets a checkpoint carries. Shared by the actor/ref and
 critic workers so both build the same way.
 """
@@ -14,12 +15,14 @@ from typing import Any
 from torch import nn
 
 from hyflow.models.kernels import apply_fused_kernels
-from hyflow.models.loader import check_local_model_folder, load_causal_lm, load_tokenizer
+from hyflow.models.loader import check_local_model_folder, load_causal_lm, load_tokenizer, value_model_of
 from hyflow.models.lora import adapter_settings, apply_lora, load_lora_adapter
 from hyflow.models.multimodal import freeze_vision_tower, is_vision_language
 from hyflow.models.policy import PolicyModel
 from hyflow.models.processor import copy_processor_files
-from hyflow.workers.fsdp import apply_fsdp2, to_dtype, training_device
+from hyflow.models.value_head import ValueModel
+from hyflow.workers.fsdp import to_dtype, training_device
+from hyflow.workers.lean_load import build_sharded
 from hyflow.workers.optim import build_lr_scheduler, build_optimizer
 
 logger = logging.getLogger(__name__)
@@ -73,41 +76,88 @@ def apply_fused_kernels_if_enabled(model: nn.Module, model_config: Any) -> int:
     return apply_fused_kernels(model) if use_fused_kernels(model_config) else 0
 
 
+def policy_maker(model_config: Any, fsdp_config: Any, path: str, trainable: bool, freeze_vision: bool = False):
+    """`make(empty_weights) -> (PolicyModel, the causal LM)` for `lean_load.build_sharded`: load the causal LM
+    (master dtype `fsdp_config.model_dtype`; with `empty_weights` its parameters on meta), patch in the fused
+    kernels (CUDA), add LoRA and gradient checkpointing when training, and wrap it as a `PolicyModel`. A frozen
+    policy (the ref) has no grads; `freeze_vision` (`actor.freeze_vision_tower`) freezes a VLM's vision encoder."""
+    dtype = to_dtype(fsdp_config.model_dtype, "fsdp_config.model_dtype")
+
+    def make(empty_weights: bool) -> tuple[PolicyModel, nn.Module]:
+        lm = load_causal_lm(
+            path, dtype, model_config.override_config, model_config.trust_remote_code, empty_weights=empty_weights
+        )
+        hf_model = lm
+        if freeze_vision:
+            if not is_vision_language(lm.config):
+                raise ValueError(
+                    f"actor_rollout_ref.actor.freeze_vision_tower=True, but {path!r} is a text-only model (its "
+                    "config has no vision_config); set it to False or point model.path at a vision-language model."
+                )
+            freeze_vision_tower(lm)
+        apply_fused_kernels_if_enabled(lm, model_config)
+        if trainable and model_config.enable_gradient_checkpointing:
+            enable_gradient_checkpointing(lm)
+        if trainable and model_config.lora_adapter_path:
+            lm = load_lora_adapter(lm, model_config.lora_adapter_path)
+        elif trainable and model_config.lora_rank > 0:
+            lm = apply_lora(
+                lm,
+                model_config.lora_rank,
+                model_config.lora_alpha,
+                model_config.target_modules,
+                model_config.exclude_modules,
+            )
+        if not trainable:
+            lm.requires_grad_(False)
+            lm.eval()
+        policy = PolicyModel(
+            lm, use_fused_kernels=use_fused_kernels(model_config), remove_padding=model_config.use_remove_padding
+        )
+        return policy, hf_model
+
+    return make
+
+
 def build_policy(
     model_config: Any, fsdp_config: Any, mesh: Any, path: str, trainable: bool, freeze_vision: bool = False
 ) -> PolicyModel:
-    """Load the causal LM (master dtype `fsdp_config.model_dtype`), patch in the fused kernels (CUDA), add LoRA
-    and gradient checkpointing when training, wrap it as a `PolicyModel` and shard it with FSDP2. A frozen policy
-    (the ref) has no grads; `freeze_vision` (`actor.freeze_vision_tower`) freezes a VLM's vision encoder."""
-    dtype = to_dtype(fsdp_config.model_dtype, "fsdp_config.model_dtype")
-    lm = load_causal_lm(path, dtype, model_config.override_config, model_config.trust_remote_code)
-    if freeze_vision:
-        if not is_vision_language(lm.config):
-            raise ValueError(
-                f"actor_rollout_ref.actor.freeze_vision_tower=True, but {path!r} is a text-only model (its config "
-                "has no vision_config); set it to False or point model.path at a vision-language model."
-            )
-        freeze_vision_tower(lm)
-    apply_fused_kernels_if_enabled(lm, model_config)
-    if trainable and model_config.enable_gradient_checkpointing:
-        enable_gradient_checkpointing(lm)
-    if trainable and model_config.lora_adapter_path:
-        lm = load_lora_adapter(lm, model_config.lora_adapter_path)
-    elif trainable and model_config.lora_rank > 0:
-        lm = apply_lora(
-            lm,
-            model_config.lora_rank,
-            model_config.lora_alpha,
-            model_config.target_modules,
-            model_config.exclude_modules,
+    """The policy of `policy_maker`, sharded with FSDP2; over several ranks each reads only its own shards of the
+    checkpoint (`lean_load`)."""
+    make = policy_maker(model_config, fsdp_config, path, trainable, freeze_vision)
+    return build_sharded(make, path, fsdp_config, mesh)[0]
+
+
+def value_model_maker(model_config: Any, fsdp_config: Any, path: str):
+    """`make(empty_weights) -> (ValueModel, its causal LM)` for `lean_load.build_sharded`: the critic of
+    `load_value_model` (master dtype `fsdp_config.model_dtype`), with the fused kernels (CUDA), remove-padding
+    and gradient checkpointing as `critic.model` sets them."""
+    dtype = to_dtype(fsdp_config.model_dtype, "critic.model.fsdp_config.model_dtype")
+
+    def make(empty_weights: bool) -> tuple[ValueModel, nn.Module]:
+        lm = load_causal_lm(
+            path,
+            dtype,
+            model_config.override_config,
+            model_config.trust_remote_code,
+            key="critic.model.path",
+            empty_weights=empty_weights,
         )
-    if not trainable:
-        lm.requires_grad_(False)
-        lm.eval()
-    policy = PolicyModel(
-        lm, use_fused_kernels=use_fused_kernels(model_config), remove_padding=model_config.use_remove_padding
-    )
-    return apply_fsdp2(policy, fsdp_config, mesh)
+        model = value_model_of(lm, dtype, path)
+        apply_fused_kernels_if_enabled(model.backbone, model_config)
+        if model_config.use_remove_padding:
+            model.enable_remove_padding()
+        if model_config.enable_gradient_checkpointing:
+            enable_gradient_checkpointing(model.backbone)
+        return model, lm
+
+    return make
+
+
+def build_value_model(model_config: Any, fsdp_config: Any, mesh: Any, path: str) -> ValueModel:
+    """The critic of `value_model_maker`, sharded with FSDP2 (lean over several ranks, as `build_policy`)."""
+    make = value_model_maker(model_config, fsdp_config, path)
+    return build_sharded(make, path, fsdp_config, mesh, key="critic.model.fsdp_config")[0]
 
 
 def build_optimizer_and_scheduler(module: nn.Module, optim_config: Any):

@@ -18,12 +18,11 @@ from typing import Any
 from hyflow import fields as F
 from hyflow.config import CriticConfig
 from hyflow.controller import Dispatch, Worker, register
-from hyflow.models.loader import load_value_model
 from hyflow.protocol import DataProto
 from hyflow.workers import builders
 from hyflow.workers.checkpoint import ShardCheckpointer
 from hyflow.workers.critic import DataParallelPPOCritic
-from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, move_optimizer_state, to_dtype, training_device
+from hyflow.workers.fsdp import build_device_mesh, move_optimizer_state, training_device
 from hyflow.workers.micro_batch_loop import ForwardSettings
 
 logger = logging.getLogger(__name__)
@@ -48,14 +47,7 @@ class CriticWorker(Worker):
         path = builders.model_path(model_config, "critic.model")
         self.tokenizer = builders.tokenizer_for(model_config, path, "critic.model")
         fsdp_config = model_config.fsdp_config
-        dtype = to_dtype(fsdp_config.model_dtype, "critic.model.fsdp_config.model_dtype")
-        model = load_value_model(path, dtype, model_config.override_config, model_config.trust_remote_code)
-        builders.apply_fused_kernels_if_enabled(model.backbone, model_config)
-        if model_config.use_remove_padding:
-            model.enable_remove_padding()
-        if model_config.enable_gradient_checkpointing:
-            builders.enable_gradient_checkpointing(model.backbone)
-        module = apply_fsdp2(model, fsdp_config, build_device_mesh(), key="critic.model.fsdp_config")
+        module = builders.build_value_model(model_config, fsdp_config, build_device_mesh(), path)
         optimizer, self.lr_scheduler = builders.build_optimizer_and_scheduler(module, config.optim)
         mini_batch_size = builders.rows_per_rank(
             config.ppo_mini_batch_size, self.rollout_n, self.world_size, "critic.ppo_mini_batch_size"
@@ -64,7 +56,7 @@ class CriticWorker(Worker):
         self.checkpointer = ShardCheckpointer(
             module, optimizer, self.lr_scheduler, config.checkpoint.save_contents, config.checkpoint.load_contents
         )
-        self._hf_config = model.config
+        self._hf_config = module.config
         if fsdp_config.optimizer_offload:
             move_optimizer_state(optimizer, "cpu")
 

@@ -138,6 +138,13 @@ def set_gradient_accumulation(model: nn.Module, is_last_micro_batch: bool) -> No
     model.set_reshard_after_backward(is_last_micro_batch)
 
 
+def shard_rows(rows: int, world: int, rank: int) -> tuple[int, int]:
+    """(first row, number of rows) of `rank`'s FSDP2 shard of a tensor with `rows` rows (torch.chunk's split:
+    ⌈rows / world⌉ rows per rank, the last ranks fewer or none)."""
+    slot = -(-rows // world)
+    return rank * slot, max(0, min(slot, rows - rank * slot))
+
+
 def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor of a (possibly sharded) parameter: a collective when it is a DTensor over several ranks,
     the local tensor itself over one (no collective, no copy: a weight sync calls this once per parameter)."""

@@ -38,7 +38,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
 from hyflow.engine.parallel import EnginePlacement, TensorSlice, all_gather_single
-from hyflow.workers.fsdp import full_tensor
+from hyflow.workers.fsdp import full_tensor, shard_rows
 
 __all__ = ["DEFAULT_BUCKET_BYTES", "SliceFn", "SyncStats", "iter_bucketed_state"]
 
@@ -80,12 +80,6 @@ def _row_sharded(tensor: torch.Tensor) -> bool:
         and tensor.device_mesh.size() > 1
         and tuple(tensor.placements) == (Shard(0),)
     )
-
-
-def _shard_rows(rows: int, world: int, rank: int) -> tuple[int, int]:
-    """(first row, number of rows) of `rank`'s FSDP2 shard of a tensor with `rows` rows (torch.chunk's split)."""
-    slot = -(-rows // world)
-    return rank * slot, max(0, min(slot, rows - rank * slot))
 
 
 class _Collective:
@@ -131,7 +125,7 @@ class _Gather(_Collective):
             row_numel = math.prod(param.shape[1:])
             pieces = []
             for rank in range(self.world):
-                rows = _shard_rows(param.shape[0], self.world, rank)[1]
+                rows = shard_rows(param.shape[0], self.world, rank)[1]
                 if rows:
                     pieces.append(segments[rank, start : start + rows * row_numel])
             out.append((name, torch.cat(pieces).view(param.shape)))
@@ -176,7 +170,7 @@ class _Scatter(_Collective):
     def _rows(self, index: int, sender: int, dest: int) -> tuple[int, int, TensorSlice | None]:
         """(first row, rows) of the sender's shard that `dest` receives, and the columns it keeps (a dim-1 slice)."""
         shape, piece = self.bucket[index][1].shape, self._slice(index, dest)
-        first, rows = _shard_rows(shape[0], self.world, sender)
+        first, rows = shard_rows(shape[0], self.world, sender)
         if piece is None or piece.dim == 1:
             return first, rows, piece
         assert piece.dim == 0, f"TP slices cut dim 0 or 1, not {piece.dim}"
@@ -193,7 +187,7 @@ class _Scatter(_Collective):
         """The part of this rank's shard of parameter `index` that `dest` receives (a view)."""
         param = self.bucket[index][1]
         first, rows, columns = self._rows(index, self.rank, dest)
-        own_first = _shard_rows(param.shape[0], self.world, self.rank)[0]
+        own_first = shard_rows(param.shape[0], self.world, self.rank)[0]
         piece = param.to_local().narrow(0, first - own_first, rows) if rows else param.to_local()[:0]
         return piece if columns is None else columns.take(piece)
 

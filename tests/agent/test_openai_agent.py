@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import openai
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -57,6 +58,27 @@ async def rewriting_agent(client, sample):
     reply = await client.chat.completions.create(model="policy", messages=messages)
     rewritten = [{"role": "user", "content": "a different first question"}, reply.choices[0].message]
     await client.chat.completions.create(model="policy", messages=[*rewritten, {"role": "user", "content": "next"}])
+
+
+ECHO = {
+    "type": "function",
+    "function": {"name": "echo", "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}},
+}
+
+
+@openai_agent("test_echo_agent")
+async def echo_agent(client, sample):
+    """One call: rewards 1 when the word of the echo call comes back as the string its schema declares."""
+    messages = [{"role": "user", "content": "say 3"}]
+    reply = await client.chat.completions.create(model="policy", messages=messages, tools=[ECHO], max_tokens=64)
+    (call,) = reply.choices[0].message.tool_calls
+    return 1.0 if json.loads(call.function.arguments) == {"word": "3"} else 0.0
+
+
+@openai_agent("test_video_agent")
+async def video_agent(client, sample):
+    clip = {"type": "video_url", "video_url": {"url": "data:image/gif;base64,R0lGODlhAQABAAAAACw="}}
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": [clip]}])
 
 
 def run_loop(context: AgentLoopContext, name: str, params: SamplingParams, **sample):
@@ -171,3 +193,15 @@ def test_the_demo_agent_runs_the_calculator_itself_and_rewards_the_call_and_the_
     assert (tool_result is None) == ("<tool_response>" not in added)
     if tool_result is not None:
         assert f"<tool_response>\n{tool_result}" in added
+
+
+def test_the_agents_tools_reach_the_parser_so_a_qwen3_xml_value_keeps_its_declared_type(make_server, make_context):
+    server = make_server(["<tool_call>\n<function=echo>\n<parameter=word>\n3\n</parameter>\n</function>\n</tool_call>"])
+    context = make_context(server, format="qwen3_coder")
+    output = run_loop(context, "test_echo_agent", SamplingParams())
+    assert output.extra_fields["agent_reward"] == 1.0  # without the schema the parser reads the word as the number 3
+
+
+def test_a_video_part_sent_to_the_rollout_endpoint_is_a_400_saying_it_trains_on_text(make_server, make_context):
+    with pytest.raises(openai.BadRequestError, match=r"messages\[0\] has a video_url part.*text conversations only"):
+        run_loop(make_context(make_server(["an answer"])), "test_video_agent", SamplingParams())

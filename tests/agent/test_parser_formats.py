@@ -8,7 +8,7 @@ import pytest
 
 from hyflow.agent.parser_formats import KimiToolParser, Qwen3XMLToolParser
 from hyflow.agent.parsers import FunctionCall, ParsedToolCalls, ToolParser
-from hyflow.agent.tools.schemas import OpenAIFunctionPropertySchema, OpenAIFunctionToolSchema
+from hyflow.agent.tools.schemas import OpenAIFunctionPropertySchema, OpenAIFunctionToolSchema, request_tool_schemas
 
 KIMI_CALL = (
     '<|tool_call_begin|>functions.get_weather:{i}<|tool_call_argument_begin|>{{"city": "{city}"}}<|tool_call_end|>'
@@ -148,3 +148,28 @@ def test_kimi_matches_a_call_id_that_names_no_tool_to_the_tool_it_contains_or_wh
 def test_the_parsers_carry_verls_class_names():
     assert isinstance(ToolParser.get("qwen3_coder", None), Qwen3XMLToolParser)
     assert type(ToolParser.get("kimi", None)) is type(ToolParser.get("kimi_k2", None)) is KimiToolParser
+
+
+def test_qwen3_xml_types_the_values_of_an_openai_requests_tools_anyof_included():
+    properties = {
+        "n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},  # pydantic's int | None
+        "label": {"type": "string"},
+        "flag": {"type": "boolean"},
+    }
+    tools = request_tool_schemas(
+        [{"type": "function", "function": {"name": "f", "parameters": {"properties": properties}}}]
+    )
+    text = "<tool_call><function=f><parameter=n>3</parameter><parameter=label>3</parameter>"
+    text += "<parameter=flag>True</parameter></function></tool_call>"
+    (call,) = ToolParser.get("qwen3_coder", None).parse(text, tools).calls
+    assert call.arguments_dict() == {"n": 3, "label": "3", "flag": True}
+
+
+def test_request_tools_that_are_not_function_objects_are_refused_naming_the_tool():
+    with pytest.raises(ValueError, match=r"tools\[1\] \('g'\).*function.parameters.properties"):
+        request_tool_schemas(
+            [
+                {"type": "function", "function": {"name": "f"}},
+                {"type": "function", "function": {"name": "g", "parameters": {"properties": [1]}}},
+            ]
+        )

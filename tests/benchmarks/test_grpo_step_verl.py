@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def test_every_override_is_a_key_of_verl_0_9s_generated_config(tmp_path):
     overrides = script.verl_overrides(args, assets, tmp_path, tmp_path / "grpo_step.py")
     known = set(yaml.safe_load(VERL_KEYS.read_text()))
     keys = [override.split("=", 1)[0] for override in overrides]
+    # `+a.b.c=v` adds key c to the dict a.b, which verl's config must have
+    keys = [key.removeprefix("+").rsplit(".", 1)[0] if key.startswith("+") else key for key in keys]
     assert [key for key in keys if key not in known] == []
     assert "actor_rollout_ref.rollout.name=vllm" in overrides and "actor_rollout_ref.rollout.n=8" in overrides
 
@@ -44,8 +47,16 @@ def test_console_lines_become_one_dict_of_numbers_per_step():
         "(TaskRunner pid=12) some other output",
         "(TaskRunner pid=7) step:2 - timing_s/step:1.5 - timing_s/gen:0.75 - actor/pg_loss:-0.01",
         "step:1 - timing_s/step:9.25 - timing_s/gen:4.0 - training/global_step:1",
+        "\x1b[36m(TaskRunnerV1 pid=7005)\x1b[0m step:3 - timing_s/step:10.5 - training/num_turns/mean:np.float64(2.0)",
     ]
     assert script.parse_step_lines(lines) == [
         {"timing_s/step": 9.25, "timing_s/gen": 4.0, "training/global_step": 1.0},
         {"timing_s/step": 1.5, "timing_s/gen": 0.75, "actor/pg_loss": -0.01},
+        {"timing_s/step": 10.5},
     ]
+
+
+def test_the_scripts_that_pack_and_unpack_verls_site_are_valid_bash():
+    for script in ("pack_verl.sh", "unpack_verl.sh"):
+        result = subprocess.run(["bash", "-n", str(BENCHMARKS / "peers" / script)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr

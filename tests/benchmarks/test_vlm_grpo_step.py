@@ -18,7 +18,7 @@ def vlm_grpo_step(monkeypatch):
     import vlm_grpo_step
 
     yield vlm_grpo_step
-    for name in ("vlm_grpo_step", "grpo_step", "grpo_step_report", "vlm_generate"):
+    for name in ("vlm_grpo_step", "grpo_step_hyflow", "grpo_step_measure", "grpo_step_report", "vlm_generate"):
         sys.modules.pop(name, None)
 
 

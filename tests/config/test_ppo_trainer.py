@@ -1,8 +1,9 @@
-"""`PPOTrainerConfig`'s derived facts: when the old-log-prob pass runs (`recompute_old_log_prob`)."""
+"""`PPOTrainerConfig`'s derived facts: when the old-log-prob pass runs (`recompute_old_log_prob`), where the
+tokenizer comes from (`tokenizer_source`)."""
 
 import pytest
 
-from hyflow.config import load_config
+from hyflow.config import PPOTrainerConfig, load_config
 
 # One optimizer step per batch: 8 prompts × 4 samples, the whole batch one mini-batch, one epoch.
 ON_POLICY = [
@@ -51,3 +52,14 @@ def test_true_always_recomputes_and_false_skips_where_that_is_safe():
     assert load_config([*ON_POLICY, "actor_rollout_ref.actor.recompute_old_log_prob=True"]).recompute_old_log_prob
     forced = load_config([*ON_POLICY, "actor_rollout_ref.actor.recompute_old_log_prob=False"])
     assert forced.recompute_old_log_prob is False
+
+
+def test_the_tokenizer_comes_from_data_tokenizer_then_tokenizer_path_then_the_model_folder():
+    config = PPOTrainerConfig()
+    assert config.tokenizer_source == ("", None)
+    config.actor_rollout_ref.model.path = "/models/qwen"
+    assert config.tokenizer_source == ("actor_rollout_ref.model.path", "/models/qwen")
+    config.actor_rollout_ref.model.tokenizer_path = "/models/qwen-tokenizer"
+    assert config.tokenizer_source == ("actor_rollout_ref.model.tokenizer_path", "/models/qwen-tokenizer")
+    config.data.tokenizer = "/data/tokenizer"
+    assert config.tokenizer_source == ("data.tokenizer", "/data/tokenizer")

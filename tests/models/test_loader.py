@@ -47,6 +47,23 @@ def test_critic_is_the_backbone_plus_a_scalar_head(model_path):
     assert critic.value_head.out_features == 1
 
 
+def test_an_empty_weights_model_has_every_parameter_on_meta_and_the_loaded_models_buffers_and_settings(model_path):
+    loaded = load_causal_lm(model_path, dtype=torch.bfloat16)
+    empty = load_causal_lm(model_path, dtype=torch.bfloat16, empty_weights=True)
+    assert all(p.device.type == "meta" for p in empty.parameters())
+    assert [(n, p.shape, p.dtype) for n, p in empty.named_parameters()] == [
+        (n, p.shape, p.dtype) for n, p in loaded.named_parameters()
+    ]
+    assert empty.lm_head.weight is empty.model.embed_tokens.weight  # tied, as loaded
+    buffers = dict(loaded.named_buffers())
+    assert buffers  # rotary inv_freq
+    for name, buffer in empty.named_buffers():
+        assert buffer.device.type == "cpu" and buffer.dtype == buffers[name].dtype
+        assert torch.equal(buffer, buffers[name]), name
+    assert not empty.training and not loaded.training
+    assert empty.generation_config.to_dict() == loaded.generation_config.to_dict()  # the folder's, not a default
+
+
 def test_tokenizer_without_chat_template_is_an_error_when_one_is_needed(model_path, tmp_path):
     assert load_tokenizer(model_path, require_chat_template=True).chat_template
     folder = tmp_path / "no_template"

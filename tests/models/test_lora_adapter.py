@@ -46,3 +46,26 @@ def test_the_adapters_settings_replace_the_model_configs(tiny_path, tmp_path):
 def test_a_folder_without_an_adapter_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"is not a peft adapter folder.*Fix"):
         adapter_settings(str(tmp_path))
+
+
+@pytest.mark.parametrize("from_adapter", [False, True])
+def test_lora_on_an_empty_weights_model_gets_the_adapters_of_a_loaded_model_and_keeps_its_base_on_meta(
+    tiny_path, tmp_path, from_adapter
+):
+    adapter = str(tmp_path / "adapter")
+    _saved_adapter(tiny_path, adapter)
+    models = []
+    for empty in (False, True):
+        torch.manual_seed(1)  # a new adapter's A is random
+        lm = load_causal_lm(tiny_path, torch.bfloat16, empty_weights=empty)
+        models.append(load_lora_adapter(lm, adapter) if from_adapter else apply_lora(lm, lora_rank=4, lora_alpha=8))
+    loaded, skeleton = (dict(model.named_parameters()) for model in models)
+    assert loaded.keys() == skeleton.keys()
+    for name, param in skeleton.items():
+        assert param.requires_grad == loaded[name].requires_grad and param.dtype == loaded[name].dtype, name
+        if "lora_" in name:
+            assert param.device.type == "cpu" and torch.equal(param, loaded[name]), name
+        else:
+            assert param.device.type == "meta", name
+    base = models[1].get_base_model()
+    assert base.lm_head.weight is base.model.embed_tokens.weight

@@ -1,5 +1,6 @@
 """Tool calls in chat replies: `tools` reach the chat template, the server's parser (`--tool-call-parser hermes`)
-fills `tool_calls`, finish_reason is "tool_calls"; `tool_choice` none / auto / required / named."""
+fills `tool_calls`, finish_reason is "tool_calls"; `tool_choice` none / auto / required / named; the tools reach
+the parser too, so qwen3_coder's XML values come back as their declared types."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from hyflow.agent.parsers import ToolParser
 from hyflow.serving import build_app
 from hyflow.serving.server import BackgroundServer
 
@@ -120,3 +122,47 @@ def test_tools_without_a_parser_on_the_server_name_the_flag(scripted, monkeypatc
     monkeypatch.setattr(state, "tool_parser", None)
     with pytest.raises(openai.BadRequestError, match="--tool-call-parser hermes"):
         client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS)
+
+
+XML_CALL = (
+    "<tool_call>\n<function=repeat>\n<parameter=n>\n3\n</parameter>\n<parameter=word>\n3\n</parameter>\n"
+    "<parameter=loud>\nTrue\n</parameter>\n</function>\n</tool_call>"
+)
+REPEAT = {
+    "type": "function",
+    "function": {
+        "name": "repeat",
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "word": {"type": "string"}, "loud": {"type": "boolean"}},
+        },
+    },
+}
+TYPED = '{"n": 3, "word": "3", "loud": true}'  # untyped, the parser would guess {"n": 3, "word": 3, "loud": "True"}
+
+
+@pytest.fixture(scope="module")
+def qwen3_coder(model_path):
+    state = make_state(model_path)
+    state.tool_parser = ToolParser.get("qwen3_coder", state.tokenizer)
+    state.async_engine = ScriptedAsyncEngine(state.engine, XML_CALL)
+    with BackgroundServer(build_app(state)) as server:
+        yield openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+def test_the_request_tools_reach_the_parser_so_xml_values_come_back_as_their_declared_types(qwen3_coder):
+    response = qwen3_coder.chat.completions.create(model=MODEL, messages=ASK, tools=[REPEAT], max_tokens=200)
+    (call,) = response.choices[0].message.tool_calls
+    assert call.function.name == "repeat" and call.function.arguments == TYPED
+
+
+def test_a_streamed_xml_call_comes_back_typed_too(qwen3_coder):
+    stream = qwen3_coder.chat.completions.create(model=MODEL, messages=ASK, tools=[REPEAT], max_tokens=200, stream=True)
+    calls = [call for chunk in stream for call in (chunk.choices[0].delta.tool_calls or [])]
+    assert [(call.function.name, call.function.arguments) for call in calls] == [("repeat", TYPED)]
+
+
+def test_a_tool_whose_parameters_are_not_an_object_schema_is_a_400_naming_it(qwen3_coder):
+    bad = {"type": "function", "function": {"name": "repeat", "parameters": {"properties": ["n"]}}}
+    with pytest.raises(openai.BadRequestError, match=r"tools\[0\] \('repeat'\).*parameters.properties"):
+        qwen3_coder.chat.completions.create(model=MODEL, messages=ASK, tools=[bad], max_tokens=20)

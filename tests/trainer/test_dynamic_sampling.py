@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from hyflow import fields as F
+from hyflow.config import PPOTrainerConfig
 from hyflow.protocol import DataProto
 from hyflow.trainer.dynamic_sampling import GroupFilter, filter_groups, group_metric_values
 
@@ -67,3 +68,13 @@ def test_zero_max_num_gen_batches_means_no_limit():
     for _ in range(5):
         assert sampler.add(_batch([[1.0, 1.0]])) is None
     assert sampler.add(_batch([[1.0, 0.0]])) is not None
+
+
+def test_the_trainers_group_filter_exists_only_when_filter_groups_is_enabled():
+    config = PPOTrainerConfig()
+    assert GroupFilter.from_config(config) is None
+    config.algorithm.filter_groups.enable = True
+    config.data.train_batch_size, config.actor_rollout_ref.rollout.n = 6, 4
+    group_filter = GroupFilter.from_config(config)
+    assert (group_filter.train_batch_size, group_filter.n) == (6, 4)
+    assert group_filter.metric == config.algorithm.filter_groups.metric

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from hyflow import fields as F
+from hyflow.config import PPOTrainerConfig
 from hyflow.protocol import DataProto
 from hyflow.trainer import stages
 
@@ -87,3 +88,12 @@ def test_an_agent_loops_multi_modal_inputs_replace_the_prompts_in_the_merged_bat
     output.non_tensor_batch[F.MULTI_MODAL_INPUTS] = stages.object_array(trajectory_inputs)
     merged = stages.merge_generation(batch, output)
     assert [len(row["image_grid_thw"]) for row in merged.non_tensor_batch[F.MULTI_MODAL_INPUTS]] == [2, 2]
+
+
+def test_validation_is_due_every_test_freq_steps_and_at_the_last_step_and_never_with_minus_one():
+    config = PPOTrainerConfig()
+    config.trainer.test_freq = 2
+    validator = stages.Validator(config, tokenizer=None, loader=[], reward_fn=None)
+    assert [step for step in range(1, 6) if validator.is_due(step, total_steps=5)] == [2, 4, 5]
+    config.trainer.test_freq = -1
+    assert not any(validator.is_due(step, total_steps=5) for step in range(1, 6))

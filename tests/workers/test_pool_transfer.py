@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hyflow.controller.worker import free_port
-from hyflow.workers.pool_transfer import WeightChannel, channel_backend
+from hyflow.workers.pool_transfer import WeightChannel, channel_backend, pack_bucket, unpack_bucket
 
 from .distributed import run_ranks
 
@@ -56,13 +56,44 @@ def test_every_rollout_rank_receives_the_senders_tensors_exactly_for_any_bucket_
     [
         (["cpu", "cpu", "cpu"], "gloo"),
         (["cuda:GPU-a", "cpu"], "gloo"),  # one member without a GPU
-        (["cuda:GPU-a", "cuda:GPU-a"], "gloo"),  # pools sharing one GPU: NCCL refuses two ranks on a device
+        (["cuda:GPU-a", "cuda:GPU-a", "cuda:GPU-b"], "gloo"),  # one receiver on the sender's GPU, one elsewhere
+        (["cuda:GPU-a", "cuda:GPU-b", "cuda:GPU-b"], "gloo"),  # two receivers sharing a GPU that is not the sender's
+        (["cuda:GPU-a"], "nccl"),  # nobody to send to: no GPU shared
     ],
 )
-def test_the_channel_falls_back_to_gloo_unless_every_member_has_a_gpu_of_its_own(identities, backend):
+def test_the_channel_falls_back_to_gloo_unless_the_gpus_are_all_shared_or_all_distinct(
+    identities, backend, monkeypatch
+):
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
     assert channel_backend(identities) == backend
+
+
+@pytest.mark.parametrize("identities", [["cuda:GPU-a", "cuda:GPU-a"], ["cuda:GPU-a"] * 4])
+def test_members_all_on_the_senders_gpu_use_cuda_ipc_once_it_is_opted_in_and_gloo_before(identities):
+    assert channel_backend(identities, allow_ipc=True) == "ipc"  # where NCCL refuses two ranks on one device
+    assert channel_backend(identities) == "gloo"
 
 
 def test_members_on_distinct_gpus_use_nccl_where_torch_has_it(monkeypatch):
     monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
     assert channel_backend(["cuda:GPU-a", "cuda:GPU-b", "cuda:GPU-c"]) == "nccl"
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: False)
+    assert channel_backend(["cuda:GPU-a", "cuda:GPU-b", "cuda:GPU-c"]) == "gloo"
+
+
+def test_a_packed_bucket_unpacks_to_the_same_tensors_each_at_an_aligned_offset_of_the_buffer():
+    bucket = [
+        *weights(),
+        ("transposed", torch.randn(3, 4).t()),  # not contiguous: packed in its logical order
+        ("empty", torch.empty(0, 5)),
+        ("mask", torch.tensor([True, False, True])),
+    ]
+    header, flat = pack_bucket(bucket, torch.device("cpu"))
+
+    assert flat.dtype == torch.uint8 and flat.dim() == 1
+    assert header == [(name, tensor.dtype, tuple(tensor.shape)) for name, tensor in bucket]
+    unpacked = list(unpack_bucket(header, flat))
+    assert [name for name, _ in unpacked] == [name for name, _ in bucket]
+    for (_, got), (_, want) in zip(unpacked, bucket):
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+        assert (got.data_ptr() - flat.data_ptr()) % 16 == 0  # a view into the buffer, viewable as its dtype

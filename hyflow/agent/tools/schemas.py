@@ -20,6 +20,10 @@ chat template reads; a parameter's other JSON-schema keys (`items`, `nullable`, 
 A parsed call: `OpenAIFunctionParsedSchema(name=..., arguments='{"expr": "1+2"}')` (arguments as the model wrote
 them, a JSON string) becomes `OpenAIFunctionCallSchema` (arguments as a dict) through
 `OpenAIFunctionCallSchema.from_openai_function_parsed_schema`, which also says whether the JSON was broken.
+
+The `tools` of an OpenAI chat request (any JSON schema a client sends, `description` and `parameters` optional)
+become the models a tool parser reads through `request_tool_schemas(tools)`, leniently: the parsers only look up
+each parameter's declared type, so a schema they cannot type is kept rather than refused.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
     "OpenAIFunctionCallSchema",
@@ -39,6 +43,7 @@ __all__ = [
     "OpenAIFunctionToolCall",
     "OpenAIFunctionToolSchema",
     "ToolResponse",
+    "request_tool_schemas",
 ]
 
 
@@ -127,3 +132,29 @@ class OpenAIFunctionToolCall(BaseModel):
     id: str
     type: Literal["function"] = "function"
     function: OpenAIFunctionCallSchema
+
+
+def request_tool_schemas(tools: list[dict[str, Any]]) -> list[OpenAIFunctionToolSchema]:
+    """The `tools` of an OpenAI chat request as schemas for a tool parser (`ToolParser.parse(text, tools)`): a
+    missing description is "", missing parameters or properties are none. A ValueError names the tool whose
+    function or parameters are not the JSON objects OpenAI's API describes."""
+    schemas = []
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        parameters = function.get("parameters") if isinstance(function, dict) else None
+        try:
+            if not isinstance(function, dict) or not isinstance(parameters or {}, dict):
+                raise TypeError("function and function.parameters must be JSON objects")
+            parameters = {"type": "object", "properties": {}, **(parameters or {})}
+            spec = {**tool, "function": {"description": "", **function, "parameters": parameters}}
+            schemas.append(OpenAIFunctionToolSchema.model_validate(spec))
+        except (TypeError, ValueError) as error:
+            name = function.get("name") if isinstance(function, dict) else None
+            problem = error
+            if isinstance(error, ValidationError):
+                problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise ValueError(
+                f"tools[{index}] ({name!r}) is not an OpenAI function tool ({problem}); send {{'type': 'function', "
+                "'function': {'name': ..., 'parameters': {'type': 'object', 'properties': {NAME: {'type': ...}}}}}"
+            ) from error
+    return schemas

@@ -1,0 +1,71 @@
+"""Where the bytes of an image or video part come from: an inline `data:` URL, or a `file://` URL under the
+directory the server was started with (`--allowed-local-media-path`, vLLM's flag); never the network.
+
+    data = part_bytes(url, "messages[0].content[1]", "video", allowed_root=None)
+
+A data URL is `data:image/<format>;base64,<data>` (a video's also `data:video/<format>;base64,<data>`). A file URL
+(`file:///abs/path/clip.gif`) is read only when the server has an allowed directory and the file, its symlinks
+resolved, lies inside it; without one, or outside it, it is a 400 that names the flag. An `http(s)://` URL is a 400
+that says how to send the bytes instead: the server downloads nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from typing import Literal
+from urllib.parse import unquote, urlparse
+
+from hyflow.serving.requests import BadRequest
+
+Kind = Literal["image", "video"]
+_EXAMPLE = {"image": "data:image/png;base64,<the file's bytes in base64>", "video": "data:image/gif;base64,<...>"}
+
+
+def _data_bytes(url: str, where: str, kind: Kind) -> bytes:
+    header, _, data = url.partition(",")
+    media_types = ("data:video/", "data:image/") if kind == "video" else ("data:image/",)
+    if not header.startswith(media_types) or not header.endswith(";base64") or not data:
+        shapes = " or ".join(f"{prefix}<format>;base64,<data>" for prefix in media_types)
+        raise BadRequest(f"{where}: {kind}_url must be {shapes} (got {url[:40]!r}...)", "messages")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise BadRequest(f"{where}: the {kind}_url data is not base64 ({error})", "messages") from error
+
+
+def _file_bytes(url: str, where: str, kind: Kind, allowed_root: str | None) -> bytes:
+    if allowed_root is None:
+        raise BadRequest(
+            f"{where}: {kind}_url {url[:80]!r} is a local file, which this server reads only under its "
+            f"--allowed-local-media-path (not set); send the {kind} inline as {_EXAMPLE[kind]}, or restart the "
+            "server with --allowed-local-media-path DIR",
+            "messages",
+        )
+    parsed = urlparse(url)
+    root = os.path.realpath(allowed_root)
+    path = os.path.realpath(unquote(parsed.path))
+    if parsed.netloc not in ("", "localhost") or os.path.commonpath([root, path]) != root:
+        raise BadRequest(
+            f"{where}: {kind}_url {url[:80]!r} is outside the server's --allowed-local-media-path {root!r}; move "
+            f"the file there or send the {kind} inline",
+            "messages",
+        )
+    if not os.path.isfile(path):
+        raise BadRequest(f"{where}: {kind}_url {url[:80]!r}: there is no such file", "messages")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def part_bytes(url: str, where: str, kind: Kind, allowed_root: str | None) -> bytes:
+    """The bytes an image or video part's URL points to (see the module docstring); BadRequest naming `where`."""
+    if url.startswith(("http://", "https://")):
+        raise BadRequest(
+            f"{where}: {kind}_url {url[:80]!r} is a web address, and hyflow serve downloads nothing; send the {kind} "
+            f"inline as a data URL: {_EXAMPLE[kind]}",
+            "messages",
+        )
+    if url.startswith("file://"):
+        return _file_bytes(url, where, kind, allowed_root)
+    return _data_bytes(url, where, kind)
