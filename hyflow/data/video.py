@@ -51,6 +51,18 @@ def as_video(item: Video | list[Image.Image]) -> Video:
     return item if isinstance(item, Video) else Video(list(item))
 
 
+def decode_clip(data: bytes, max_frames: int | None = None) -> tuple[list[Image.Image], float | None, int]:
+    """(RGB frames, frame rate from the first frame's duration or None, frame count) of an encoded clip Pillow
+    decodes (GIF, animated WebP, animated PNG). A clip of more than `max_frames` frames is not decoded (no frames
+    returned; its count says why). Raises what Pillow raises for broken data (OSError, EOFError, ...)."""
+    with Image.open(io.BytesIO(data)) as clip:
+        num_frames = getattr(clip, "n_frames", 1)
+        duration_ms = clip.info.get("duration")
+        too_long = max_frames is not None and num_frames > max_frames
+        frames = [] if too_long else [frame.convert("RGB") for frame in ImageSequence.Iterator(clip)]
+    return frames, (1000.0 / duration_ms if duration_ms else None), num_frames
+
+
 def _file_frames(item: Any, error: RowError, column: str, where: str) -> tuple[list[Image.Image], float | None]:
     """The frames of an encoded video file ({"bytes", "path"} or a path) that Pillow decodes, and its frame rate
     from the first frame's duration (None when the file gives none)."""
@@ -61,14 +73,12 @@ def _file_frames(item: Any, error: RowError, column: str, where: str) -> tuple[l
         with open(path, "rb") as f:
             data = f.read()
     try:
-        with Image.open(io.BytesIO(data)) as video:
-            duration_ms = video.info.get("duration")
-            frames = [frame.convert("RGB") for frame in ImageSequence.Iterator(video)]
+        frames, fps, _ = decode_clip(data)
     except Exception as exc:  # Pillow raises several types for broken data
         raise error(
             column, f"{where} cannot be decoded ({exc})", "Store a list of frames, or a GIF / animated WebP / PNG."
         ) from exc
-    return frames, (1000.0 / duration_ms if duration_ms else None)
+    return frames, fps
 
 
 def _frame_rate(value: Any, error: RowError, column: str, where: str) -> float:

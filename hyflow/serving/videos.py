@@ -17,12 +17,9 @@ path's default). It tells the model how far apart the frames are: Qwen2.5-VL's t
 
 from __future__ import annotations
 
-import io
 import math
 
-from PIL import Image, ImageSequence
-
-from hyflow.data.video import DEFAULT_FPS, Video
+from hyflow.data.video import DEFAULT_FPS, Video, decode_clip
 from hyflow.serving.media_urls import part_bytes
 from hyflow.serving.requests import BadRequest
 from hyflow.serving.schema import ChatMessage, ProcessorKwargs
@@ -37,10 +34,7 @@ def decode_video_url(url: str, where: str, fps: float | None, limits: ServerLimi
     data = part_bytes(url, where, "video", limits.allowed_local_media_path)
     max_frames = limits.max_video_frames
     try:
-        with Image.open(io.BytesIO(data)) as clip:
-            num_frames = getattr(clip, "n_frames", 1)
-            duration_ms = clip.info.get("duration")
-            frames = [] if num_frames > max_frames else [f.convert("RGB") for f in ImageSequence.Iterator(clip)]
+        frames, file_fps, num_frames = decode_clip(data, max_frames)
     except Exception as error:  # Pillow raises several types for broken data (OSError, EOFError, SyntaxError, ...)
         message = f"{where}: the video_url data is not a readable clip ({error}); send {DECODABLE}"
         raise BadRequest(message, "messages") from error
@@ -54,7 +48,7 @@ def decode_video_url(url: str, where: str, fps: float | None, limits: ServerLimi
     sizes = sorted({frame.size for frame in frames})
     if len(sizes) > 1:
         raise BadRequest(f"{where}: the clip's frames have sizes {sizes}; give every frame one size", "messages")
-    return Video(frames, fps or (1000.0 / duration_ms if duration_ms else DEFAULT_FPS))
+    return Video(frames, fps or file_fps or DEFAULT_FPS)
 
 
 def _frame_rates(kwargs: ProcessorKwargs | None, num_videos: int) -> list[float | None]:

@@ -202,7 +202,11 @@ def fill_from_safetensors(module: nn.Module, path: str, keys: dict[str, str], st
         for name in targets[key]:
             _local(tensors[name]).copy_(piece)
         filled.add(key)
-    assert filled == set(targets), sorted(set(targets) - filled)
+    if filled != set(targets):  # the folder changed between the plan and the read
+        raise RuntimeError(
+            f"lean load: {path} no longer holds {sorted(set(targets) - filled)[:5]}, which its safetensors headers "
+            "listed a moment before; is another process rewriting the checkpoint folder?"
+        )
 
 
 def _broadcast_reason(plan: SlicePlan) -> str:
