@@ -56,7 +56,7 @@ from hyflow.workers.optim import build_optimizer
 H200_PEAK_FLOPS = 790e12
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny model on CPU (smoke test)")
     parser.add_argument("--shape", choices=sorted(set(SHAPES) - {"tiny"}), default="0.5b", help="the model's shape")
@@ -78,7 +78,7 @@ def parse_args() -> argparse.Namespace:
         help="on one rank, wrap the root with FSDP2 (the path before workers/mixed_precision.py) instead of its "
         "bf16 compute copies cast once per step",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.tiny:
         args.batch_size, args.micro_batch_size = 4, 2
         args.prompt_length, args.response_length = 8, 16

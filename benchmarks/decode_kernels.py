@@ -165,11 +165,15 @@ def bench_silu(name: str, generator: torch.Generator) -> None:
     )
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the current launch settings only")
     parser.add_argument("--shapes", default="c,a")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     if not (torch.cuda.is_available() and triton_kernels.available()):
         raise SystemExit("decode_kernels.py needs CUDA and Triton")
     generator = torch.Generator().manual_seed(0)

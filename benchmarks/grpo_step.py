@@ -78,7 +78,11 @@ def trl_length_reward(completions: list[str], **kwargs: Any) -> list[float]:
     return [compute_score("bench", completion, None) for completion in completions]
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return check_args(build_parser(), argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny model and small shapes on CPU (smoke test)")
     parser.add_argument(
@@ -107,6 +111,18 @@ def parse_args() -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--log-prob-micro-batch-size", type=int, default=64, help="hyflow's old-log-prob micro-batch")
     parser.add_argument(
+        "--mini-batches", type=int, default=1,
+        help="hyflow: optimizer steps per batch (ppo_mini_batch_size = prompts / this; > 1 adds the old-log-prob pass)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kl-loss-coef", type=float, default=0.0,
+        help="hyflow: > 0 adds the reference policy and its log-prob pass (k3 KL loss, as NeMo-RL's default 0.01)",
+    )  # fmt: skip
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="hyflow: recompute activations")
+    parser.add_argument(
+        "--gpu-memory-utilization", type=float, default=None, help="hyflow: the engine's KV cache share (0.5)"
+    )
+    parser.add_argument(
         "--keep-kv-cache", action="store_true", help="rollout.free_cache_engine=False (the KV cache stays allocated)"
     )
     parser.add_argument("--backend", choices=["local", "ray"], default="local", help="hyflow's trainer.backend")
@@ -114,7 +130,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="print a cProfile of hyflow's steps 2..N (the host's side, by function)"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def check_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse `argv` and stop with a clear message on combinations that cannot run."""
+    args = parser.parse_args(argv)
     if args.backend == "local" and args.gpus != 1:
         parser.error(f"--gpus={args.gpus} needs --backend ray (the local backend runs one process)")
     if args.gpus % args.tp:
@@ -125,6 +146,14 @@ def parse_args() -> argparse.Namespace:
     unknown = [side for side in args.sides if side not in SIDES]
     if unknown:
         parser.error(f"--only={args.only}: unknown side(s) {unknown}; choose from hyflow, trl, trl-vllm, verl")
+    hyflow_only = [
+        flag for flag, on in (("--mini-batches", args.mini_batches != 1), ("--kl-loss-coef", args.kl_loss_coef)) if on
+    ]
+    if hyflow_only and args.sides != ["hyflow"]:
+        parser.error(
+            f"{' and '.join(hyflow_only)} change hyflow's step only (the other sides would run another step). "
+            "Fix: add --only hyflow."
+        )
     if "verl" in args.sides and not args.verl_path:
         parser.error("--only ...,verl needs --verl-path (a PYTHONPATH holding verl and its pinned packages)")
     if args.tiny:
@@ -132,6 +161,14 @@ def parse_args() -> argparse.Namespace:
         args.micro_batch_size, args.log_prob_micro_batch_size = 8, 16
     if args.steps < 2:
         parser.error(f"--steps={args.steps}: need at least 2 (step 1 is warm-up, the mean is over steps 2..N)")
+    if args.mini_batches < 1 or args.prompts % args.mini_batches:
+        parser.error(f"--mini-batches={args.mini_batches} must divide --prompts={args.prompts} (whole mini-batches)")
+    rows_per_gpu = args.prompts // args.mini_batches * args.n / args.gpus  # of one mini-batch, on each worker
+    if rows_per_gpu % args.micro_batch_size:
+        parser.error(
+            f"--micro-batch-size={args.micro_batch_size} must divide each GPU's {rows_per_gpu:g} rows of a mini-batch "
+            "(--prompts / --mini-batches x --n / --gpus). Fix: pick sizes that divide."
+        )
     if (args.prompts * args.n) % args.micro_batch_size:
         parser.error(
             f"--micro-batch-size={args.micro_batch_size} must divide the {args.prompts * args.n} sequences of a step "
@@ -207,6 +244,8 @@ def main() -> None:
             "num_params": assets["num_params"], "prompts": args.prompts, "n": args.n, "steps": args.steps,
             "prompt_length": args.prompt_length, "response_length": args.response_length,
             "generated_tokens": args.prompts * args.n * args.response_length,
+            "total_tokens": args.prompts * args.n * (args.prompt_length + args.response_length),
+            "mini_batches": args.mini_batches, "kl_loss_coef": args.kl_loss_coef,
             "micro_batch_size": args.micro_batch_size, "log_prob_micro_batch_size": args.log_prob_micro_batch_size,
             "shape": "tiny" if args.tiny else args.shape, "hyflow_master_dtype": args.master_dtype, "tp": args.tp,
         }  # fmt: skip

@@ -23,7 +23,8 @@ REWARD_FILE = Path(__file__).resolve().with_name("grpo_step.py")  # hyflow loads
 
 
 def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> list[str]:
-    """GRPO, beta = 0, one optimizer step per batch, local backend, no validation, no model checkpoint."""
+    """GRPO (beta = 0 and one optimizer step per batch unless --kl-loss-coef / --mini-batches say otherwise), the
+    backend of --backend, no validation, no model checkpoint."""
     return [
         f"data.train_files={assets['train']}",
         f"data.train_batch_size={args.prompts}",
@@ -32,12 +33,12 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "data.shuffle=False",
         f"actor_rollout_ref.model.path={assets['model']}",
         f"actor_rollout_ref.model.tokenizer_path={assets['tokenizer']}",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={args.gradient_checkpointing}",
         f"actor_rollout_ref.actor.fsdp_config.model_dtype={args.master_dtype}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts // args.mini_batches}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch_size}",
         f"actor_rollout_ref.actor.optim.lr={TRAINING['learning_rate']}",
-        "actor_rollout_ref.actor.use_kl_loss=False",
+        *kl_overrides(args.kl_loss_coef, args.log_prob_micro_batch_size),
         "actor_rollout_ref.actor.checkpoint.save_contents=[]",
         f"actor_rollout_ref.rollout.n={args.n}",
         f"actor_rollout_ref.rollout.tensor_model_parallel_size={args.tp}",
@@ -45,6 +46,11 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "actor_rollout_ref.rollout.temperature=1.0",
         "actor_rollout_ref.rollout.ignore_eos=True",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.log_prob_micro_batch_size}",
+        *(
+            [f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}"]
+            if args.gpu_memory_utilization is not None
+            else []
+        ),
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=False",
         f"custom_reward_function.path={REWARD_FILE}",
@@ -54,6 +60,20 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         f"trainer.ray_init.num_cpus={max(4, 2 * args.gpus)}",
         f"trainer.device={'cpu' if args.tiny else 'auto'}",
         *timed_run_overrides(args.steps, root, "grpo_step"),
+    ]
+
+
+def kl_overrides(coef: float, micro_batch_size: int) -> list[str]:
+    """β = 0: no reference policy; β > 0: the k3 KL to it as a loss term (NeMo-RL's default: k3, 0.01), the frozen
+    reference in bf16, its log-prob pass in micro-batches of `micro_batch_size`."""
+    if not coef:
+        return ["actor_rollout_ref.actor.use_kl_loss=False"]
+    return [
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        f"actor_rollout_ref.actor.kl_loss_coef={coef}",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype=bf16",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro_batch_size}",
     ]
 
 

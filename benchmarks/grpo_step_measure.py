@@ -3,8 +3,13 @@
     summary = measured_side(run, args, assets, root)   # run(args, assets, root) -> {"step_s": [...], ...}
 
 Step 1 is reported apart (warm-up: compilation, CUDA graphs, allocator); the rest is the mean, min and max of steps
-2..N, generated tokens/s (per GPU too), each stage's mean when the side reports stages, and on CUDA the side's
-peak memory.
+2..N, generated tokens/s (per GPU too), total tokens/s per GPU, each stage's mean when the side reports stages, and
+on CUDA the side's peak memory.
+
+Total tokens/s per GPU is NeMo-RL's end-to-end "Tokens/sec/GPU" (its performance summary, and
+`nemo_rl/algorithms/utils.py`: `total_num_tokens / total_time / total_num_gpus`, where `total_num_tokens` sums
+every sample's prompt + response length and `total_time` is the whole step: generation, log-probs, refit and
+training): prompts x n x (prompt + response tokens) over the mean step time, over the run's GPUs.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ def measured_side(
     summary = {"step_s": steps, "warmup_s": steps[0], "mean_s": mean, "min_s": min(steps[1:]), "max_s": max(steps[1:])}
     summary["generated_tokens_per_s"] = generated_tokens / mean
     summary["generated_tokens_per_s_per_gpu"] = generated_tokens / mean / args.gpus
+    total_tokens = args.prompts * args.n * (args.prompt_length + args.response_length)  # every length is exact
+    summary["total_tokens_per_s_per_gpu"] = total_tokens / mean / args.gpus
     syncs = side.get("weight_sync", [])[1:]
     if any(syncs):  # the workers' mean per rank, steps 2..N
         names = sorted({name for sync in syncs for name in sync})

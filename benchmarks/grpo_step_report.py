@@ -30,6 +30,7 @@ def print_table(result: dict[str, Any], sides: dict[str, str]) -> None:
     row(f"steps 2-{shape['steps']} max", "max_s")
     row("generated tok/s", "generated_tokens_per_s", " ", 0)
     row("generated tok/s per GPU", "generated_tokens_per_s_per_gpu", " ", 0)
+    row("total tok/s/GPU (NeMo-RL)", "total_tokens_per_s_per_gpu", " ", 0)  # prompt + response, whole step
     row("peak memory", "peak_memory_gib", "G", 1)
     for name, seconds in (hyflow or {}).get("stages_mean_s", {}).items():
         print(f"{'  hyflow ' + name:<28}{seconds:>11.3f}s")

@@ -180,7 +180,7 @@ def profile_decode(engine: LLMEngine, prompts: list[list[int]], case: Case) -> N
         engine.step()
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny model on CPU")
     parser.add_argument("--shape", choices=["0.5b", "7b"], default="0.5b", help="the GPU model's shape")
@@ -208,7 +208,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--tensor-parallel-size", type=int, default=1, help="under `torchrun --nproc-per-node N` (the engine only)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     known = [c.name for c in GPU_CASES]
     unknown = [name for name in args.cases.split(",") if name not in known]
     if unknown:

@@ -3,7 +3,9 @@
 #   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
 # Parts (comma-separated): tests, grpo, actor, rollout, vlm (the Qwen2.5-VL-3B shape: generation, a GRPO step);
 # and peers (not by default: vLLM beside the engine at the 0.5B and 7B shapes, the 7B GRPO step beside TRL+vLLM;
-# needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md).
+# needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md); nemo (not by default: the GRPO step at NeMo-RL's
+# Llama-3.1-8B shape per GPU, the one-GPU anchor of issue #23, ~4 minutes; NEMO_RL_SHAPE in suite_step.sh).
+# DRY_RUN=1 prints every command instead of running it.
 # Logs land in the folder (one file per step) and the summary lines on stdout. About 11 minutes on one H200
 # before the batch-scaling step and the 1024-row / 7B kernel shapes were added (~1.5 minutes more, by their parts).
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
@@ -44,4 +46,8 @@ if [[ $parts == *,peers,* ]]; then
     step rollout_peers_7b 240 "^case|skipped" python3 benchmarks/rollout_throughput.py --shape 7b --cases a,d --no-hf
     step grpo_7b 330 "steps 2-4|generated|hyflow |/ hyflow|skipped" python3 benchmarks/grpo_step.py --shape 7b \
         --master-dtype bf16 --micro-batch-size 8 --only hyflow,trl-vllm
+fi
+if [[ $parts == *,nemo,* ]]; then
+    step grpo_7b_nemo_rl_1gpu 420 "GRPO step on|steps 2-|tok/s|hyflow |Error" \
+        python3 benchmarks/grpo_step.py --only hyflow "${NEMO_RL_SHAPE[@]}" --prompts 4
 fi

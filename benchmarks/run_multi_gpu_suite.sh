@@ -12,12 +12,21 @@
 #   grpo    — a GRPO step: 0.5B on 1 GPU (local backend) and on N Ray workers; 7B on 1 GPU and on N workers
 #             (one engine per GPU); on 8 GPUs the 32B shape with TP 8 (needs Ray). Each training rank reads only
 #             its 1/N rows of each tensor from the checkpoint into its GPU shards (hyflow/workers/lean_load.py):
-#             host memory per rank for loading is one tensor's 1/N rows, not the whole model.
-# `engines` names actor and rollout. About 2-6 minutes a part (sync and grpo longer at 7B / 32B).
+#             host memory per rank for loading is one tensor's 1/N rows, not the whole model;
+#   nemo1   — the GRPO step at NeMo-RL's Llama-3.1-8B shape per GPU (NEMO_RL_SHAPE in suite_step.sh: 7B, 4 prompts
+#             x 32, 128 -> 1,024 tokens, 4 optimizer steps, k3 KL to a reference) on 1 GPU: `total tok/s/GPU
+#             (NeMo-RL)` against its 1,581 (on-policy, 16 H100s);
+#   nemo    — the same on N Ray workers (4 x N prompts, the same per GPU);
+#   async   — async_rl.py at the 0.5B shape on the N GPUs: colocated on all N, then split placement on N/2 training
+#             + N/2 rollout GPUs (sync, one_step_off, async1), same prompts and seed, in one run: tokens/s per GPU
+#             and each mode's ratio to colocated and to sync;
+#   async7b — the same at the 7B shape (bf16 master weights, gradient checkpointing; colocated, sync, one_step_off).
+# `engines` names actor and rollout. About 2-6 minutes a part (sync and grpo longer at 7B / 32B; nemo1, nemo and
+# async7b about 4-9 minutes each, estimated, not yet run). DRY_RUN=1 prints every command instead of running it.
 # NVLink multicast stays off, as the machines that lend several GPUs ask.
 set -uo pipefail
 source "$(dirname "$0")/suite_step.sh"
-results_and_parts "${1:-}" "${2:-}" tests,sync,actor,rollout,grpo
+results_and_parts "${1:-}" "${2:-}" tests,sync,actor,rollout,grpo,nemo1,nemo,async,async7b
 [[ $parts == *,engines,* ]] && parts="$parts,actor,rollout,"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
@@ -81,4 +90,26 @@ if [[ $parts == *,grpo,* ]]; then
         step grpo_32b_ray_8gpu_tp8 600 "$show" python3 benchmarks/grpo_step.py --backend ray --gpus 8 --tp 8 \
             --shape 32b --master-dtype bf16 --micro-batch-size 2 --log-prob-micro-batch-size 4 --prompts 16 --steps 3
     fi
+fi
+if [[ $parts == *,nemo1,* ]]; then
+    step grpo_7b_nemo_rl_1gpu 420 "GRPO step on|steps 2-|tok/s|hyflow |Error" env CUDA_VISIBLE_DEVICES=0 \
+        python3 benchmarks/grpo_step.py --only hyflow "${NEMO_RL_SHAPE[@]}" --prompts 4
+fi
+if [[ $parts == *,nemo,* ]]; then
+    step "grpo_7b_nemo_rl_ray_${gpus}gpu" 540 "GRPO step on|steps 2-|tok/s|hyflow |Error" \
+        python3 benchmarks/grpo_step.py --backend ray --gpus "$gpus" "${NEMO_RL_SHAPE[@]}" --prompts $(( 4 * gpus ))
+fi
+# async: the split modes' fully async requests of 8 prompts per rollout GPU (64 rows an engine, as on one GPU)
+rollout_gpus=$(( gpus - gpus / 2 ))
+if [[ $parts == *,async,* ]]; then
+    step "async_rl_0.5b_${gpus}gpu" 540 "GPU|mode|colocated|sync|one_step_off|async1|Error" \
+        python3 benchmarks/async_rl.py --device cuda --gpus "$gpus" --steps 6 \
+        --modes colocated,sync,one_step_off,async1 --prompts $(( gpus < 4 ? 64 : 16 * gpus )) \
+        --chunk-prompts $(( 8 * rollout_gpus ))
+fi
+if [[ $parts == *,async7b,* ]]; then
+    step "async_rl_7b_${gpus}gpu" 590 "GPU|mode|colocated|sync|one_step_off|Error" \
+        python3 benchmarks/async_rl.py --device cuda --gpus "$gpus" --shape 7b --master-dtype bf16 \
+        --gradient-checkpointing --micro-batch-size 8 --gpu-memory-utilization 0.6 --steps 4 \
+        --modes colocated,sync,one_step_off --prompts 32
 fi

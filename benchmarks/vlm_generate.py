@@ -108,7 +108,7 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", choices=["3b", "tiny"], default="3b")
     parser.add_argument("--num-prompts", type=int, default=64)
@@ -118,7 +118,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--no-hf", action="store_true", help="skip transformers.generate")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     config = build_config(args.shape)

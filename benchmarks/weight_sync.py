@@ -39,7 +39,7 @@ from hyflow.workers.fsdp import build_device_mesh
 from hyflow.workers.weight_sync import SyncStats, iter_bucketed_state
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=sorted(set(SHAPES) - {"tiny"}), default="7b")
     parser.add_argument("--tiny", action="store_true", help="the tiny shape on CPU (gloo)")
@@ -48,7 +48,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--master-dtype", choices=["fp32", "bf16"], default="fp32", help="the actor's weights")
     parser.add_argument("--repeats", type=int, default=3, help="timed syncs after one warm-up")
     parser.add_argument("--compare-full", action="store_true", help="also time the full-tensor sync")
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def init_process_group() -> torch.device:

@@ -1,0 +1,174 @@
+"""Pre-flight of the GPU suites, on the CPU: every command `run_multi_gpu_suite.sh` would run on 2, 4 and 8 GPUs,
+and `run_gpu_suite.sh` in every part (peers included), is accepted by its script's own argument parser (each
+benchmark's `parse_args(argv)`, with the checks it makes after parsing), and every pytest target it names exists;
+so a misspelled flag, a value a script refuses or a renamed test fails here, not on a lease.
+
+The commands come from the suites themselves: with `DRY_RUN=1` (benchmarks/suite_step.sh) each step prints its
+name and command instead of running it, and a fake `nvidia-smi` on PATH reports the GPUs. The commands of the
+README's "Several GPUs" section go through the same check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "benchmarks"
+FAKE_NVIDIA_SMI = """#!/bin/sh
+if [ "$1" = "-L" ]; then
+    i=0
+    while [ $i -lt {gpus} ]; do echo "GPU $i: NVIDIA H200 (UUID: GPU-fake-$i)"; i=$((i + 1)); done
+else
+    echo "NVIDIA H200"
+fi
+"""
+
+
+def suite_commands(script: str, tmp_path: Path, gpus: int = 1, parts: str | None = None) -> dict[str, list[str]]:
+    """Step name → command (argv) of a suite run with DRY_RUN=1 on a machine whose nvidia-smi lists `gpus` GPUs."""
+    bin_dir = tmp_path / f"bin_{gpus}"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI.format(gpus=gpus))
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if key not in ("GPUS", "OUT")}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", DRY_RUN="1")
+    command = ["bash", str(BENCHMARKS / script), str(tmp_path / "results"), *([parts] if parts else [])]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    steps = [line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line]
+    return {name: shlex.split(command) for name, command in steps}
+
+
+def python_target(argv: list[str]) -> tuple[str, list[str]]:
+    """(target, its arguments) of a suite command: the script path of `python3 [-m torch.distributed.run ...]
+    benchmarks/x.py ...`, or "pytest" for `python3 -m pytest ...`; `env VAR=...` in front is skipped."""
+    words = list(argv)
+    if words[0] == "env":
+        words.pop(0)
+        while "=" in words[0]:
+            words.pop(0)
+    assert words[0] in ("python", "python3"), f"not a python command: {shlex.join(argv)}"
+    words.pop(0)
+    if words[:2] == ["-m", "pytest"]:
+        return "pytest", words[2:]
+    if words[:2] == ["-m", "torch.distributed.run"]:
+        words = words[2:]
+        while not words[0].endswith(".py"):  # torchrun's own options, e.g. --nproc-per-node 8
+            words.pop(0)
+    return words[0], words[1:]
+
+
+@contextlib.contextmanager
+def whole_flags_only() -> Iterator[None]:
+    """argparse without prefix matching (`allow_abbrev=False`): a flag must be spelled out, so that `--chunk-prompt`
+    for `--chunk-prompts` is caught too (it would run today, and break once another flag shares the prefix)."""
+    original = argparse.ArgumentParser.__init__
+
+    def exact(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **{**kwargs, "allow_abbrev": False})
+
+    argparse.ArgumentParser.__init__ = exact
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.__init__ = original
+
+
+def parser_refusal(script: str, args: list[str]) -> str | None:
+    """What `script`'s own `parse_args(args)` says when it refuses them (None: accepted)."""
+    name = Path(script).stem
+    sys.path.insert(0, str(REPO / Path(script).parent))
+    try:
+        module = importlib.import_module(name)
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors), whole_flags_only():
+            try:
+                module.parse_args(args)
+            except SystemExit as exit_:
+                return errors.getvalue().strip().splitlines()[-1] if errors.getvalue() else f"exit {exit_.code}"
+    finally:
+        sys.path.remove(str(REPO / Path(script).parent))
+    return None
+
+
+def missing_pytest_targets(args: list[str]) -> list[str]:
+    """The test files and `file::test` ids among pytest's arguments that do not exist (options are skipped)."""
+    missing = []
+    for target in (arg for arg in args if not arg.startswith("-") and (arg.endswith(".py") or "::" in arg)):
+        path, _, test = target.partition("::")
+        source = REPO / path
+        if not source.is_file() or (
+            test and not re.search(rf"^(async )?def {re.escape(test)}\(", source.read_text(), re.M)
+        ):
+            missing.append(target)
+    return missing
+
+
+def problems(commands: dict[str, list[str]]) -> dict[str, str]:
+    """Step name → why its command would fail before doing any work (nothing for the commands that pass)."""
+    found = {}
+    for name, argv in commands.items():
+        target, args = python_target(argv)
+        if target == "pytest":
+            if missing := missing_pytest_targets(args):
+                found[name] = f"no such test: {missing}"
+        elif not (REPO / target).is_file():
+            found[name] = f"no such script: {target}"
+        elif refusal := parser_refusal(target, args):
+            found[name] = refusal
+    return found
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_every_command_of_the_multi_gpu_suite_is_accepted_by_its_scripts_parser(tmp_path, gpus):
+    commands = suite_commands("run_multi_gpu_suite.sh", tmp_path, gpus)
+
+    assert {f"async_rl_0.5b_{gpus}gpu", f"async_rl_7b_{gpus}gpu", "grpo_7b_nemo_rl_1gpu"} <= set(commands)
+    assert f"grpo_7b_nemo_rl_ray_{gpus}gpu" in commands and ("sync_32b_8gpu_tp8" in commands) == (gpus == 8)
+    assert problems(commands) == {}
+
+
+def test_every_command_of_the_one_gpu_suite_is_accepted_by_its_scripts_parser(tmp_path):
+    commands = suite_commands("run_gpu_suite.sh", tmp_path, parts="tests,grpo,actor,rollout,vlm,peers,nemo")
+
+    assert {"gpu_tests", "grpo_step", "vlm_grpo_step", "grpo_7b", "grpo_7b_nemo_rl_1gpu"} <= set(commands)
+    assert problems(commands) == {}
+
+
+def test_a_misspelled_or_shortened_flag_a_refused_value_and_a_renamed_test_are_each_caught(tmp_path):
+    commands = suite_commands("run_multi_gpu_suite.sh", tmp_path, 8, parts="tests,nemo1,async")
+    bad = {
+        "flag": [word.replace("--micro-batch-size", "--micro-batch-sise") for word in commands["grpo_7b_nemo_rl_1gpu"]],
+        "prefix": [word.replace("--chunk-prompts", "--chunk-prompt") for word in commands["async_rl_0.5b_8gpu"]],
+        "value": [*commands["async_rl_0.5b_8gpu"], "--train-gpus", "8"],
+        "test": [word.replace("test_tp2_on", "test_tp3_on") for word in commands["tp_nccl_test"]],
+    }
+
+    found = problems(bad)
+    assert "unrecognized arguments: --micro-batch-sise" in found["flag"]
+    assert "unrecognized arguments: --chunk-prompt" in found["prefix"]
+    assert "--train-gpus=8 must leave the rollout pool a device" in found["value"]
+    assert found["test"].startswith("no such test")
+
+
+def test_the_several_gpus_section_of_the_benchmarks_readme_shows_only_commands_the_scripts_accept():
+    readme = (BENCHMARKS / "README.md").read_text()
+    section = readme.split("## Several GPUs", 1)[1].split("\n## ", 1)[0]
+    lines = [line.strip() for line in re.findall(r"^\s*(python3? benchmarks/\S+\.py.*)$", section, re.M)]
+    commands = {line: shlex.split(line.split("  #")[0]) for line in lines}
+
+    assert len(commands) >= 4
+    assert problems(commands) == {}
