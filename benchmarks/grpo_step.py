@@ -10,6 +10,9 @@ without it, same run.
     python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 7b --master-dtype bf16 --prompts 64   # 8 engines
     python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 32b --tp 8 --master-dtype bf16 --micro-batch-size 4
     python benchmarks/grpo_step.py --tiny --backend ray --gpus 2 --tp 2 --steps 2   # CPU: 2 Ray workers, one engine
+    python benchmarks/grpo_step.py --only hyflow --shape 7b --master-dtype bf16 --prompts 4 --n 32 --prompt-length 128 \
+        --response-length 1024 --mini-batches 4 --kl-loss-coef 0.01 --micro-batch-size 2 --log-prob-micro-batch-size 4
+    python benchmarks/grpo_step.py --tiny --only hyflow --mini-batches 2 --kl-loss-coef 0.01 --steps 2   # CPU
 
 Both sides train the same random-weight model (saved once to a temp folder with a WordLevel tokenizer over the
 whole vocabulary, so random token ids decode to text) on the same random prompts:
@@ -39,6 +42,16 @@ engine and reference colocated in each, FSDP2 over NCCL, the prompts balanced ov
 `$OUT/grpo_step_ray_<N>gpu.json`. Set beside a one-GPU run of the same shape to read the scaling: the table then
 gives generated tokens/s per GPU and the weight sync's seconds and bytes per rank. `--tp T` splits each engine
 over T workers (`rollout.tensor_model_parallel_size`; N / T engines, each TP rank receiving only its weight slices).
+
+NeMo-RL's anchor (issue #23): its performance summary reports GRPO on Llama-3.1-8B-Instruct, 16 H100s, 64 prompts
+x 32 generations = 2,048 samples a step (128 a GPU), ~1,020 generated tokens (up to 4,096), a training batch of 512
+(4 optimizer steps a step), the k3 KL to a reference at 0.01 (so a reference and an old-log-prob pass): 1,581
+"Tokens/sec/GPU" on-policy, 2,478 one-step off-policy (v0.5). Its tokens/s/GPU counts every sample's prompt +
+response tokens over the whole step's time (generation, log-probs, refit, training), over all GPUs of the run
+(`nemo_rl/algorithms/utils.py`). The row `total tok/s/GPU (NeMo-RL)` is that measure: prompts x n x (prompt +
+response tokens) / mean step / GPUs. The 7B command above is that shape per GPU (benchmarks/suite_step.sh's
+NEMO_RL_SHAPE; `--prompts 4 x GPUs` on the Ray backend). `--mini-batches`, `--kl-loss-coef`,
+`--gradient-checkpointing` and `--gpu-memory-utilization` change hyflow's side only.
 
 Printed: a table of step 1 (warm-up) and the mean of steps 2..N for every side, hyflow's stages, the ratios
 TRL / hyflow and TRL+vLLM / hyflow, and one JSON line with all of it; the JSON is also written to

@@ -2,8 +2,8 @@
 # arguments, and `step`, which runs one command under a time limit, keeps its log and prints the lines that matter.
 #   results_and_parts "$@" DEFAULT_PARTS  # sets $results (default: $OUT, else ./gpu_results) and $parts
 #   step NAME SECONDS PATTERN COMMAND...
-# DRY_RUN=1 prints each step's name and command (a tab between them, the command shell-quoted on one line) instead
-# of running it: tests/benchmarks/test_suite_commands.py parses every command with its script's own parser.
+# DRY_RUN=1 prints each step's name, time limit and command (tab-separated, the command shell-quoted on one line)
+# instead of running it: tests/benchmarks/test_suite_commands.py parses every command with its script's parser.
 
 results_and_parts() {
     results="${1:-${OUT:-gpu_results}}"
@@ -16,7 +16,7 @@ step() {
     local name=$1 limit=$2 pattern=$3
     shift 3
     if [[ ${DRY_RUN:-0} == 1 ]]; then
-        printf '%s\t' "$name"
+        printf '%s\t%s\t' "$name" "$limit"
         printf '%q ' "$@"
         printf '\n'
         return 0

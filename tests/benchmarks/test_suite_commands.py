@@ -37,8 +37,9 @@ fi
 """
 
 
-def suite_commands(script: str, tmp_path: Path, gpus: int = 1, parts: str | None = None) -> dict[str, list[str]]:
-    """Step name → command (argv) of a suite run with DRY_RUN=1 on a machine whose nvidia-smi lists `gpus` GPUs."""
+def suite_steps(script: str, tmp_path: Path, gpus: int = 1, parts: str | None = None) -> dict[str, tuple[int, list]]:
+    """Step name → (time limit in seconds, command argv) of a suite run with DRY_RUN=1 on a machine whose
+    nvidia-smi lists `gpus` GPUs."""
     bin_dir = tmp_path / f"bin_{gpus}"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI.format(gpus=gpus))
@@ -48,8 +49,13 @@ def suite_commands(script: str, tmp_path: Path, gpus: int = 1, parts: str | None
     command = ["bash", str(BENCHMARKS / script), str(tmp_path / "results"), *([parts] if parts else [])]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    steps = [line.split("\t", 1) for line in done.stdout.splitlines() if "\t" in line]
-    return {name: shlex.split(command) for name, command in steps}
+    steps = [line.split("\t", 2) for line in done.stdout.splitlines() if "\t" in line]
+    return {name: (int(limit), shlex.split(command)) for name, limit, command in steps}
+
+
+def suite_commands(script: str, tmp_path: Path, gpus: int = 1, parts: str | None = None) -> dict[str, list[str]]:
+    """Step name → command (argv) of a DRY_RUN=1 suite run (`suite_steps`)."""
+    return {name: argv for name, (_, argv) in suite_steps(script, tmp_path, gpus, parts).items()}
 
 
 def python_target(argv: list[str]) -> tuple[str, list[str]]:
@@ -139,6 +145,21 @@ def test_every_command_of_the_multi_gpu_suite_is_accepted_by_its_scripts_parser(
     assert {f"async_rl_0.5b_{gpus}gpu", f"async_rl_7b_{gpus}gpu", "grpo_7b_nemo_rl_1gpu"} <= set(commands)
     assert f"grpo_7b_nemo_rl_ray_{gpus}gpu" in commands and ("sync_32b_8gpu_tp8" in commands) == (gpus == 8)
     assert problems(commands) == {}
+
+
+MULTI_GPU_PARTS = "tests,sync,sync32b,actor,actor7b,rollout,grpo,grpo7b1,grpo7b,grpo32b,nemo1,nemo,async,async7b"
+
+
+@pytest.mark.parametrize("gpus", [2, 8])
+def test_each_part_of_the_multi_gpu_suite_fits_one_ten_minute_device_call(tmp_path, gpus):
+    limits = {part: suite_steps("run_multi_gpu_suite.sh", tmp_path, gpus, part) for part in MULTI_GPU_PARTS.split(",")}
+
+    assert all(sum(limit for limit, _ in steps.values()) <= 600 for steps in limits.values()), {
+        part: sum(limit for limit, _ in steps.values()) for part, steps in limits.items()
+    }
+    assert all(limits[part] for part in MULTI_GPU_PARTS.split(",") if gpus == 8 or "32b" not in part)
+    every_part = suite_steps("run_multi_gpu_suite.sh", tmp_path, gpus)  # the default: all of them
+    assert set(every_part) == {name for steps in limits.values() for name in steps}
 
 
 def test_every_command_of_the_one_gpu_suite_is_accepted_by_its_scripts_parser(tmp_path):
