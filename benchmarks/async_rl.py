@@ -9,7 +9,7 @@ rollout Ray workers; a random model, the synthetic arithmetic task; on the CPU b
     python benchmarks/async_rl.py --device cuda            # one GPU: Qwen2-0.5B's shape, 64 x 8 samples of 256
     python benchmarks/async_rl.py --device cuda --gpus 2   # the rollout worker on a second GPU (NCCL weights)
     python benchmarks/async_rl.py --device cuda --gpus 8   # colocated on 8 GPUs beside 4 training + 4 rollout
-    python benchmarks/async_rl.py --device cuda --gpus 8 --train-gpus 6 --modes sync,one_step_off
+    python benchmarks/async_rl.py --device cuda --gpus 8 --train-gpus 2 --modes sync,one_step_off
     python benchmarks/async_rl.py --tool-delay-s 2 --modes sync,async1   # agent loops, every 8th tool call slow
 
 Pools (`--gpus N`, devices: CPU worker processes with `--device cpu`): `colocated` runs every role on all N

@@ -6,7 +6,7 @@ without it, same run.
     python benchmarks/grpo_step.py --only hyflow  # one side only (also: --only trl, --only trl-vllm)
     python benchmarks/grpo_step.py --only hyflow,trl-vllm  # two sides
     python benchmarks/grpo_step.py --shape 7b --master-dtype bf16 --micro-batch-size 8 --only hyflow,trl-vllm
-    python benchmarks/grpo_step.py --backend ray --gpus 2   # hyflow alone on 2 Ray workers, one per GPU
+    python benchmarks/grpo_step.py --backend ray --gpus 2 --prompts 16   # hyflow alone on 2 Ray workers, one a GPU
     python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 7b --master-dtype bf16 --prompts 64   # 8 engines
     python benchmarks/grpo_step.py --backend ray --gpus 8 --shape 32b --tp 8 --master-dtype bf16 --micro-batch-size 4
     python benchmarks/grpo_step.py --tiny --backend ray --gpus 2 --tp 2 --steps 2   # CPU: 2 Ray workers, one engine

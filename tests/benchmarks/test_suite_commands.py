@@ -11,6 +11,7 @@ README's "Several GPUs" section go through the same check.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import importlib
 import io
@@ -192,4 +193,15 @@ def test_the_several_gpus_section_of_the_benchmarks_readme_shows_only_commands_t
     commands = {line: shlex.split(line.split("  #")[0]) for line in lines}
 
     assert len(commands) >= 4
+    assert problems(commands) == {}
+
+
+@pytest.mark.parametrize("script", ["async_rl.py", "grpo_step.py"])
+def test_the_commands_a_scripts_docstring_shows_are_accepted_by_its_parser(script):
+    docstring = ast.get_docstring(ast.parse((BENCHMARKS / script).read_text()))
+    joined = docstring.replace("\\\n", " ")  # a command continued on the next line
+    lines = re.findall(rf"^\s*(python3? benchmarks/{re.escape(script)}.*)$", joined, re.M)
+    commands = {line: shlex.split(line.split("  #")[0]) for line in lines}
+
+    assert len(commands) >= 5
     assert problems(commands) == {}
