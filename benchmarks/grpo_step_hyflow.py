@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +58,17 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
         "custom_reward_function.name=compute_score",
         f"trainer.backend={args.backend}",
         f"trainer.n_gpus_per_node={args.gpus}",
-        f"trainer.ray_init.num_cpus={max(4, 2 * args.gpus)}",
+        f"trainer.ray_init.num_cpus={ray_cpus(args)}",
         f"trainer.device={'cpu' if args.tiny else 'auto'}",
         *timed_run_overrides(args.steps, root, "grpo_step"),
     ]
+
+
+def ray_cpus(args: argparse.Namespace) -> int:
+    """Ray's logical CPUs for `--backend ray`: a GPU bundle of a Ray pool holds 10 CPUs (hyflow.controller.ray_pool's
+    `max_colocate_count`), so N GPUs need 10 N, or the pool waits for them and fails; a CPU bundle (`--tiny`) holds
+    0.1."""
+    return 4 if args.tiny else max(os.cpu_count() or 1, 10 * args.gpus)
 
 
 def kl_overrides(coef: float, micro_batch_size: int) -> list[str]:

@@ -205,3 +205,41 @@ def test_the_commands_a_scripts_docstring_shows_are_accepted_by_its_parser(scrip
 
     assert len(commands) >= 5
     assert problems(commands) == {}
+
+
+def ray_overrides(script: str, args: list[str], tmp_path: Path) -> list[list[str]]:
+    """The trainer overrides of each run a Ray GPU command makes (async_rl: one per mode), by its own functions."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        module = importlib.import_module(Path(script).stem)
+        parsed = module.parse_args(args)
+        if Path(script).name == "grpo_step.py":
+            from grpo_step_hyflow import hyflow_overrides
+
+            return [hyflow_overrides(parsed, {"train": "t", "model": "m", "tokenizer": "k"}, tmp_path)]
+        found = {"train": "t", "val": "v", "model": "m"}
+        return [module.overrides(found, parsed, mode) for mode in parsed.modes.split(",")]
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def value_of(overrides: list[str], key: str, default: str = "") -> str:
+    return next((item.split("=", 1)[1] for item in overrides if item.startswith(f"{key}=")), default)
+
+
+@pytest.mark.parametrize("gpus", [2, 8])
+def test_every_ray_gpu_step_gives_ray_the_cpus_its_gpu_bundles_hold(tmp_path, gpus):
+    from hyflow.controller.ray_pool import RayResourcePool
+
+    cpus_per_gpu = RayResourcePool([1], use_gpu=True).bundle_resources()["CPU"]  # what a pool reserves a GPU
+    commands = suite_commands("run_multi_gpu_suite.sh", tmp_path, gpus)
+    ray_steps = {name: python_target(argv) for name, argv in commands.items() if "ray" in name or "async" in name}
+
+    assert len(ray_steps) >= 5
+    for name, (script, args) in ray_steps.items():
+        for overrides in ray_overrides(script, args, tmp_path):
+            bundles = int(value_of(overrides, "trainer.n_gpus_per_node"))
+            shares = value_of(overrides, "trainer.rollout_shares_devices") == "True"
+            if value_of(overrides, "trainer.placement") == "split" and not shares:  # a second pool of its own
+                bundles += int(value_of(overrides, "trainer.rollout_n_gpus_per_node", "1"))
+            assert int(value_of(overrides, "trainer.ray_init.num_cpus")) >= bundles * cpus_per_gpu, name
