@@ -51,8 +51,8 @@ class MediaPart:
         return self.size[0] * self.size[1] * self.num_frames
 
     def describe(self) -> str:
-        frames = f" x {self.num_frames} frames" if self.kind == "video" else ""
-        return f"{self.where}: a {self.size[0]}x{self.size[1]}{frames} {self.kind}, {self.pixels:,} pixels"
+        frames = f"{self.num_frames}-frame " if self.kind == "video" else ""
+        return f"{self.where}: a {frames}{self.size[0]}x{self.size[1]} {self.kind}, {self.pixels:,} pixels"
 
 
 def parse_limit_mm_per_prompt(text: str) -> dict[str, int]:

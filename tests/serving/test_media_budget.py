@@ -20,9 +20,9 @@ from hyflow.engine.config import EngineConfig
 from hyflow.engine.engine import LLMEngine
 from hyflow.models.processor import load_processor
 from hyflow.models.tiny_vlm import build_tiny_vlm
-from hyflow.serving import ServingState, build_app
+from hyflow.serving import ServerLimits, ServingState, build_app
 from hyflow.serving.media_budget import parse_limit_mm_per_prompt
-from hyflow.serving.server import BackgroundServer, _keep_pillow_bound_above, parse_args
+from hyflow.serving.server import BackgroundServer, _keep_pillow_bound_above, build_state, parse_args
 
 from ..engine.vlm_testkit import random_image
 
@@ -69,8 +69,13 @@ def small_gif(num_frames: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    path = build_tiny_vlm(tmp_path_factory.mktemp("budget") / "tiny-vlm")
+def vlm_path(tmp_path_factory) -> str:
+    return build_tiny_vlm(tmp_path_factory.mktemp("budget") / "tiny-vlm")
+
+
+@pytest.fixture(scope="module")
+def served(vlm_path):
+    path = vlm_path
     engine = LLMEngine(
         path,
         EngineConfig(max_model_len=512, num_kv_blocks=64, block_size=16, device="cpu"),
@@ -110,7 +115,7 @@ def test_a_gif_declaring_a_huge_canvas_is_refused_from_its_header_without_being_
     _, client = served
     bomb = crafted_gif(4000, 4000, num_frames=20)  # 320 million pixels to decode, from a file of under 300 bytes
     message = (
-        r"decode to 320,000,000 pixels \(messages\[0\]\.content\[0\]: a 4000x4000 x 20 frames video.*more than "
+        r"decode to 320,000,000 pixels \(messages\[0\]\.content\[0\]: a 20-frame 4000x4000 video.*more than "
         r"this server's limit of 67,108,864 pixels per request.*--max-request-pixels"
     )
     with pytest.raises(openai.BadRequestError, match=message):
@@ -155,7 +160,7 @@ def test_images_and_video_frames_count_against_one_budget(served, decoded, monke
     state, client = served
     parts = [image_part(random_image(0, size=(56, 56))), video_part(small_gif(num_frames=4))]
     monkeypatch.setattr(state.limits, "max_request_pixels", 5 * 56 * 56 - 1)
-    with pytest.raises(openai.BadRequestError, match=r"decode to 15,680 pixels.*a 56x56 x 4 frames video, 12,544"):
+    with pytest.raises(openai.BadRequestError, match=r"decode to 15,680 pixels.*a 4-frame 56x56 video, 12,544"):
         ask(client, parts)
     monkeypatch.setattr(state.limits, "max_request_pixels", 5 * 56 * 56)
     assert ask(client, parts).choices[0].finish_reason in ("stop", "length")
@@ -176,11 +181,27 @@ def test_more_parts_of_a_modality_than_limit_mm_per_prompt_is_a_400_naming_the_f
     assert ask(client, [image]).choices[0].finish_reason in ("stop", "length")
 
 
-def test_the_command_line_sets_both_limits_in_vllms_json_form():
-    args = parse_args(["--model", "m", "--max-request-pixels", "1000", "--limit-mm-per-prompt", '{"image": 4}'])
-    assert args.max_request_pixels == 1000 and args.limit_mm_per_prompt == {"image": 4}
-    assert parse_args(["--model", "m"]).limit_mm_per_prompt == {}
-    assert parse_limit_mm_per_prompt('{"image": {"count": 2}, "video": 0}') == {"image": 2, "video": 0}
+def test_the_serve_flags_reach_the_servers_limits_and_its_processors_resize(vlm_path, monkeypatch):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)  # restored after the test
+    flags = ["--max-request-pixels", "300000000", "--limit-mm-per-prompt", '{"image": 4, "video": {"count": 1}}']
+    flags += ["--mm-processor-kwargs", '{"max_pixels": 3136}']
+    state = build_state(parse_args(["--model", vlm_path, "--max-model-len", "256", *flags]))
+    assert state.limits.max_request_pixels == 300_000_000 and state.limits.limit_mm_per_prompt == {
+        "image": 4,
+        "video": 1,
+    }
+    assert state.processor.image_processor.size["longest_edge"] == 3136  # max_pixels, as data.max_pixels gives it
+    assert Image.MAX_IMAGE_PIXELS == 300_000_000  # Pillow's own refusal stays above the budget
+    default = parse_args(["--model", vlm_path])
+    assert default.limit_mm_per_prompt == {} and default.mm_processor_kwargs == {}
+    assert default.max_request_pixels == ServerLimits.max_request_pixels == 2**26
+
+
+@pytest.mark.parametrize("kwargs", ['{"fps": 2}', '{"max_pixels": 0}', "max_pixels=5"])
+def test_processor_kwargs_the_server_cannot_follow_stop_it_at_start_naming_the_flag(kwargs, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--mm-processor-kwargs", kwargs])
+    assert "--mm-processor-kwargs" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
