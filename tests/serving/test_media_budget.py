@@ -105,10 +105,12 @@ def decoded(monkeypatch) -> list[str]:
     return seen
 
 
-def ask(client: openai.OpenAI, parts: list[dict]):
+def ask(client: openai.OpenAI, parts: list[dict], stream: bool = False):
     content = [*parts, {"type": "text", "text": "What is it?"}]
     messages = [{"role": "user", "content": content}]
-    return client.chat.completions.create(model="tiny-vlm", messages=messages, max_tokens=2, temperature=0)
+    return client.chat.completions.create(
+        model="tiny-vlm", messages=messages, max_tokens=2, temperature=0, stream=stream
+    )
 
 
 def test_a_gif_declaring_a_huge_canvas_is_refused_from_its_header_without_being_decoded(served, decoded):
@@ -148,8 +150,9 @@ def test_several_images_over_the_summed_budget_are_refused_and_the_server_serves
     state, client = served
     monkeypatch.setattr(state.limits, "max_request_pixels", 2 * 56 * 56)
     images = [image_part(random_image(seed, size=(56, 56))) for seed in range(3)]
-    with pytest.raises(openai.BadRequestError, match=r"decode to 9,408 pixels .*limit of 6,272 pixels"):
-        ask(client, images)
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError, match=r"decode to 9,408 pixels .*limit of 6,272 pixels"):
+            ask(client, images, stream=stream)
     assert decoded == []
     reply = ask(client, images[:2])  # exactly the budget: answered as before
     assert reply.choices[0].finish_reason in ("stop", "length")
