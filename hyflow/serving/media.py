@@ -45,8 +45,8 @@ def decode_image(part: MediaPart) -> Image.Image:
 def check_media_model(state: Any, messages: list[ChatMessage]) -> None:
     """A 400 when the served model cannot take the messages' images or videos (checked before the chat template
     renders them, which a text model's template cannot)."""
-    kinds = {kind for _, kind, _ in media_urls(messages)}
-    has_images, has_videos = "image" in kinds, "video" in kinds
+    present = {kind for _, kind, _ in media_urls(messages)}
+    has_images, has_videos = "image" in present, "video" in present
     if not has_images and not has_videos:
         return
     kinds = " and ".join(kind for kind, present in (("images", has_images), ("videos", has_videos)) if present)
