@@ -75,6 +75,18 @@ def _check_pads(ids: list[int], token_id: int, count: int, kind: str) -> None:
         )
 
 
+def _check_processor_kwargs(request: ChatCompletionRequest) -> None:
+    kwargs = request.mm_processor_kwargs
+    for key in ("min_pixels", "max_pixels"):
+        value = getattr(kwargs, key, None)
+        if value is not None:
+            raise BadRequest(
+                f"mm_processor_kwargs.{key}={value}: hyflow sets the processor's pixel bounds per server, not per "
+                f"request; leave it out, or restart the server with --mm-processor-kwargs '{{\"{key}\": {value}}}'",
+                "mm_processor_kwargs",
+            )
+
+
 def chat_media(state: Any, request: ChatCompletionRequest, ids: list[int]) -> tuple[list[int], dict[str, Any] | None]:
     """(prompt ids with the images' and videos' pad tokens expanded, their processor outputs), or (ids, None) when
     the messages have no image or video part."""
@@ -82,6 +94,7 @@ def chat_media(state: Any, request: ChatCompletionRequest, ids: list[int]) -> tu
     if not media_urls(messages):
         return ids, None
     check_media_model(state, messages)
+    _check_processor_kwargs(request)
     processor = state.processor
     parts = read_media(messages, limits)  # counted, read and checked against the budget, nothing decoded yet
     clips = [part for part in parts if part.kind == "video"]
