@@ -96,7 +96,7 @@ def chat_media(state: Any, request: ChatCompletionRequest, ids: list[int]) -> tu
     check_media_model(state, messages)
     _check_processor_kwargs(request)
     processor = state.processor
-    parts = read_media(messages, limits)  # counted, read and checked against the budget, nothing decoded yet
+    parts = read_media(messages, limits, processor)  # counted, read and checked against the budget, nothing decoded yet
     clips = [part for part in parts if part.kind == "video"]
     rates = frame_rates(request.mm_processor_kwargs, len(clips))
     images = [decode_image(part) for part in parts if part.kind == "image"]

@@ -3,7 +3,7 @@ parts (`--limit-mm-per-prompt`, vLLM's flag and JSON form, e.g. '{"image": 4, "v
 frames of each clip (`--max-video-frames`), and the pixels the images and every video frame decode to, together
 (`--max-request-pixels`, hyflow's: vLLM has no such bound).
 
-    parts = read_media(request.messages, state.limits)   # each part's bytes, canvas size and frame count; or a 400
+    parts = read_media(request.messages, state.limits, state.processor)   # bytes, canvas, frames; or a 400
 
 Pillow's `Image.open` is lazy: it reads the file's header, which gives the canvas size (and a clip's frame count:
 a GIF's frames are skipped over without decoding them; WebP and APNG state it), and decodes nothing until
@@ -14,9 +14,11 @@ decoded at the canvas size). Pillow refuses on its own a header above twice `PIL
 `DecompressionBombError`); `hyflow serve` keeps that above `--max-request-pixels`, so such a part is over the
 budget too and gets the same 400.
 
-The budget bounds the memory decoding takes. After decoding, the model's processor resizes each picture into its
-own `min_pixels`..`max_pixels` (Qwen2-VL's image processor, from the model folder), which bounds the tokens an
-image becomes; a picture under the budget but over the processor's `max_pixels` is shrunk, not refused.
+After decoding, the model's processor resizes each picture (and each frame) into its `min_pixels` .. `max_pixels`
+(Qwen2-VL's image processor, from the model folder or `--mm-processor-kwargs`), which bounds the tokens it
+becomes: a picture over `max_pixels` is shrunk, not refused, but one under `min_pixels` is enlarged to it. So a
+part counts max(width · height, min_pixels) per frame: the budget bounds the larger of what decoding and what the
+processor make, and a request of thousands of one-pixel images is refused as surely as one huge canvas.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image
 
@@ -45,14 +48,17 @@ class MediaPart:
     data: bytes
     size: tuple[int, int]  # the canvas (width, height) the header declares
     num_frames: int  # a clip's frame count (1 for an image part, which decodes its first frame only)
+    min_pixels: int = 0  # the fewest pixels the processor resizes a frame to (it enlarges smaller ones)
 
     @property
     def pixels(self) -> int:
-        return self.size[0] * self.size[1] * self.num_frames
+        """What the part costs: max(width · height, min_pixels) per frame."""
+        return max(self.size[0] * self.size[1], self.min_pixels) * self.num_frames
 
     def describe(self) -> str:
         frames = f"{self.num_frames}-frame " if self.kind == "video" else ""
-        return f"{self.where}: a {frames}{self.size[0]}x{self.size[1]} {self.kind}, {self.pixels:,} pixels"
+        enlarged = " (enlarged to the processor's min_pixels)" if self.size[0] * self.size[1] < self.min_pixels else ""
+        return f"{self.where}: a {frames}{self.size[0]}x{self.size[1]} {self.kind}, {self.pixels:,} pixels{enlarged}"
 
 
 def parse_limit_mm_per_prompt(text: str) -> dict[str, int]:
@@ -105,6 +111,16 @@ def check_counts(urls: list[tuple[str, Kind, str]], limits: dict[str, int]) -> N
             )
 
 
+def min_frame_pixels(processor: Any, kind: Kind) -> int:
+    """The fewest pixels the processor resizes a picture or a clip's frame to (Qwen2-VL's `min_pixels`, kept as
+    `size["shortest_edge"]`; a clip's from the video processor where there is one, as data/video.py uses it); 0
+    when it names none."""
+    source = (getattr(processor, "video_processor", None) if kind == "video" else None) or processor.image_processor
+    size = getattr(source, "size", None)
+    value = getattr(source, "min_pixels", None) or (size.get("shortest_edge") if hasattr(size, "get") else None)
+    return int(value or 0)
+
+
 def probe(where: str, kind: Kind, data: bytes, max_request_pixels: int) -> MediaPart:
     """A part's canvas size and frame count from its header (nothing decoded); a 400 naming `where` when the data
     is not a picture (or clip) Pillow reads, or declares more pixels than Pillow's own bound."""
@@ -149,14 +165,16 @@ def check_pixels(parts: list[MediaPart], max_request_pixels: int) -> None:
     )
 
 
-def read_media(messages: list[ChatMessage], limits: ServerLimits) -> list[MediaPart]:
+def read_media(messages: list[ChatMessage], limits: ServerLimits, processor: Any) -> list[MediaPart]:
     """The messages' image and video parts, in order, read and checked against the server's limits (counts, then
-    each part's bytes and header, then every clip's frames, then the request's pixels), none decoded."""
+    each part's bytes and header, then every clip's frames, then the request's pixels, at least the `processor`'s
+    min_pixels per frame), none decoded."""
     urls = media_urls(messages)
     check_counts(urls, limits.limit_mm_per_prompt)
     root, budget = limits.allowed_local_media_path, limits.max_request_pixels
     parts = [probe(where, kind, part_bytes(url, where, kind, root), budget) for where, kind, url in urls]
     for part in parts:
         check_frames(part, limits.max_video_frames)
+        part.min_pixels = min_frame_pixels(processor, part.kind)
     check_pixels(parts, budget)
     return parts

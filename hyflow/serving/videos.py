@@ -1,7 +1,7 @@
 """Video parts of chat messages, vLLM's `{"type": "video_url", "video_url": {"url": "data:image/gif;base64,..."}}`,
 as the clips the processor takes (`hyflow.data.video.Video`: every frame, and the frame rate).
 
-    clips = [part for part in read_media(messages, limits) if part.kind == "video"]   # read, checked, not decoded
+    clips = [part for part in read_media(messages, limits, processor) if part.kind == "video"]   # checked, not decoded
     rates = frame_rates(request.mm_processor_kwargs, len(clips))
     videos = [decode_video(part, fps, limits.max_video_frames) for part, fps in zip(clips, rates)]
 

@@ -159,6 +159,19 @@ def test_several_images_over_the_summed_budget_are_refused_and_the_server_serves
     assert decoded == ["messages[0].content[0]", "messages[0].content[1]"]
 
 
+def test_pictures_smaller_than_the_processors_min_pixels_count_as_what_it_enlarges_them_to(
+    served, decoded, monkeypatch
+):
+    state, client = served
+    min_pixels = state.processor.image_processor.size["shortest_edge"]  # 784 for the tiny Qwen2-VL
+    monkeypatch.setattr(state.limits, "max_request_pixels", 5 * min_pixels - 1)
+    dots = [image_part(Image.new("RGB", (1, 1), "red"))] * 5  # 5 decoded pixels; the processor makes 5 * 784
+    message = rf"decode to {5 * min_pixels:,} pixels.*a 1x1 image, {min_pixels:,} pixels \(enlarged to the processor"
+    with pytest.raises(openai.BadRequestError, match=message):
+        ask(client, dots)
+    assert decoded == []
+
+
 def test_images_and_video_frames_count_against_one_budget(served, decoded, monkeypatch):
     state, client = served
     parts = [image_part(random_image(0, size=(56, 56))), video_part(small_gif(num_frames=4))]
