@@ -19,11 +19,12 @@ N - K (`trainer.rollout_n_gpus_per_node`: one engine each, the prompts split ove
 weights to every rollout worker over the weight channel (hyflow.workers.pool_transfer). With N = 1 the split modes
 run 1 + 1 workers: on the CPU as two processes, on one GPU (`--device cuda`) the rollout worker beside the training
 worker on the same device (`trainer.rollout_shares_devices`): generation and updates overlap by sharing it, the
-weights cross through gloo and host memory (or CUDA IPC with `HYFLOW_WEIGHT_CHANNEL_IPC=1`:
-hyflow.workers.ipc_transfer). With a GPU each the weights go device to device over NCCL. Every engine's KV cache
+weights cross through CUDA IPC (hyflow.workers.ipc_transfer; gloo and host memory with
+`HYFLOW_WEIGHT_CHANNEL_IPC=0`). With a GPU each the weights go device to device over NCCL. Every engine's KV cache
 takes `--gpu-memory-utilization` of its device. The model has Qwen2-0.5B's layers (`--shape 0.5b`, the default on
 cuda; `--shape 7b` with `--master-dtype bf16` where K GPUs cannot hold fp32 AdamW) with the tiny tokenizer's
-vocabulary, so the arithmetic task's prompts stay valid; the batch defaults grow to 64 prompts x 8 samples of 256.
+vocabulary, so the arithmetic task's prompts stay valid; the batch defaults grow to 64 prompts x 8 samples of 256,
+and fully async requests to 256 rows an engine (`async_training.chunk_prompts=0`, auto).
 
 `--tool-delay-s D` turns every sample into two turns around a tool call, and every `--slow-every`-th tool call
 takes D seconds: in `sync` each step waits for its slowest sample, in `fully_async` each prompt group is scheduled
@@ -90,7 +91,7 @@ LAYER_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_ke
 # what --prompts, --n, ... default to on each device (micro_batch_size 0: the whole step in one micro-batch)
 DEFAULTS = {
     "cpu": dict(prompts=16, n=4, response_length=32, chunk_prompts=4, shape=None, micro_batch_size=0),
-    "cuda": dict(prompts=64, n=8, response_length=256, chunk_prompts=8, shape="0.5b", micro_batch_size=64),
+    "cuda": dict(prompts=64, n=8, response_length=256, chunk_prompts=0, shape="0.5b", micro_batch_size=64),
 }
 
 
@@ -247,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-layers", type=int, default=4, help="without --shape")
     parser.add_argument("--master-dtype", choices=["fp32", "bf16"], default="fp32", help="the actor's weights")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="the actor's activations recomputed")
-    parser.add_argument("--chunk-prompts", type=int, default=None, help="fully_async: prompts per request (4; 8)")
+    parser.add_argument("--chunk-prompts", type=int, default=None, help="fully_async: prompts a request (4; 0: auto)")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="update rows (a whole step; 64 on cuda)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="cuda: the engine's KV cache share")
     parser.add_argument("--tool-delay-s", type=float, default=0.0, help="> 0: agent loops with a slow tool (below)")
@@ -289,7 +290,7 @@ def check_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -
             )
         chunk_rows = (1 if args.tool_delay_s else args.chunk_prompts) * args.n
         fully_async = "async_training.mode=fully_async" in MODES[mode]
-        if fully_async and rollout_workers and chunk_rows % rollout_workers:
+        if fully_async and rollout_workers and chunk_rows % rollout_workers:  # 0 (auto): 256 rows an engine
             parser.error(
                 f"{mode}: a request of --chunk-prompts={args.chunk_prompts} x --n={args.n} = {chunk_rows} rows does "
                 f"not split over the {rollout_workers} rollout workers (the rest would be padding, generated for "

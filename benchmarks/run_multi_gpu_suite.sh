@@ -111,13 +111,11 @@ if [[ $parts == *,nemo,* ]]; then
     step "grpo_7b_nemo_rl_ray_${gpus}gpu" 540 "$show" \
         python3 benchmarks/grpo_step.py --backend ray --gpus "$gpus" "${NEMO_RL_SHAPE[@]}" --prompts $(( 4 * gpus ))
 fi
-# async: the split modes' fully async requests of 8 prompts per rollout GPU (64 rows an engine, as on one GPU)
-rollout_gpus=$(( gpus - gpus / 2 ))
+# async: fully async requests of 256 rows an engine (async_training.chunk_prompts=0, auto: async_rl.py's cuda default)
 if [[ $parts == *,async,* ]]; then
     step "async_rl_0.5b_${gpus}gpu" 540 "GPU|mode|colocated|sync|one_step_off|async1|Error" \
         python3 benchmarks/async_rl.py --device cuda --gpus "$gpus" --steps 6 \
-        --modes colocated,sync,one_step_off,async1 --prompts $(( gpus < 4 ? 64 : 16 * gpus )) \
-        --chunk-prompts $(( 8 * rollout_gpus ))
+        --modes colocated,sync,one_step_off,async1 --prompts $(( gpus < 4 ? 64 : 16 * gpus ))
 fi
 if [[ $parts == *,async7b,* ]]; then
     step "async_rl_7b_${gpus}gpu" 590 "GPU|mode|colocated|sync|one_step_off|Error" \

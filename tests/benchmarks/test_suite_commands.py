@@ -80,8 +80,8 @@ def python_target(argv: list[str]) -> tuple[str, list[str]]:
 
 @contextlib.contextmanager
 def whole_flags_only() -> Iterator[None]:
-    """argparse without prefix matching (`allow_abbrev=False`): a flag must be spelled out, so that `--chunk-prompt`
-    for `--chunk-prompts` is caught too (it would run today, and break once another flag shares the prefix)."""
+    """argparse without prefix matching (`allow_abbrev=False`): a flag must be spelled out, so that `--prompt` for
+    `--prompts` is caught too (it would run today, and break once another flag shares the prefix)."""
     original = argparse.ArgumentParser.__init__
 
     def exact(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
@@ -174,14 +174,14 @@ def test_a_misspelled_or_shortened_flag_a_refused_value_and_a_renamed_test_are_e
     commands = suite_commands("run_multi_gpu_suite.sh", tmp_path, 8, parts="tests,nemo1,async")
     bad = {
         "flag": [word.replace("--micro-batch-size", "--micro-batch-sise") for word in commands["grpo_7b_nemo_rl_1gpu"]],
-        "prefix": [word.replace("--chunk-prompts", "--chunk-prompt") for word in commands["async_rl_0.5b_8gpu"]],
+        "prefix": ["--prompt" if word == "--prompts" else word for word in commands["async_rl_0.5b_8gpu"]],
         "value": [*commands["async_rl_0.5b_8gpu"], "--train-gpus", "8"],
         "test": [word.replace("test_tp2_on", "test_tp3_on") for word in commands["tp_nccl_test"]],
     }
 
     found = problems(bad)
     assert "unrecognized arguments: --micro-batch-sise" in found["flag"]
-    assert "unrecognized arguments: --chunk-prompt" in found["prefix"]
+    assert "unrecognized arguments: --prompt" in found["prefix"]
     assert "--train-gpus=8 must leave the rollout pool a device" in found["value"]
     assert found["test"].startswith("no such test")
 
