@@ -243,3 +243,36 @@ def test_every_ray_gpu_step_gives_ray_the_cpus_its_gpu_bundles_hold(tmp_path, gp
             if value_of(overrides, "trainer.placement") == "split" and not shares:  # a second pool of its own
                 bundles += int(value_of(overrides, "trainer.rollout_n_gpus_per_node", "1"))
             assert int(value_of(overrides, "trainer.ray_init.num_cpus")) >= bundles * cpus_per_gpu, name
+
+
+def trainer_configs(script: str, args: list[str], root: Path) -> list[Any]:
+    """The checked `PPOTrainerConfig` of each run a grpo_step / async_rl command makes, on a tiny model and data of
+    the command's sizes (its prompts, lengths and steps), built under `root`; a refused config raises ConfigError."""
+    from hyflow.config import load_config
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        module = importlib.import_module(Path(script).stem)
+        parsed = module.parse_args(args)
+        tiny = argparse.Namespace(**vars(parsed))
+        if Path(script).name == "grpo_step.py":
+            from grpo_step_assets import build_assets
+            from grpo_step_hyflow import hyflow_overrides
+
+            tiny.tiny = True
+            return [load_config(hyflow_overrides(parsed, build_assets(root, tiny), root))]
+        tiny.shape = None
+        found = module.assets(root, tiny)
+        return [load_config(module.overrides(found, parsed, mode)) for mode in parsed.modes.split(",")]
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_every_training_run_of_the_multi_gpu_suite_makes_a_config_hyflow_accepts(tmp_path):
+    commands = suite_commands("run_multi_gpu_suite.sh", tmp_path, 8)
+    runs = {name: python_target(argv) for name, argv in commands.items() if name.startswith(("grpo", "async"))}
+
+    configs = {name: trainer_configs(script, args, tmp_path / name) for name, (script, args) in runs.items()}
+    assert len(configs["async_rl_0.5b_8gpu"]) == 4 and configs["async_rl_0.5b_8gpu"][1].trainer.placement == "split"
+    nemo = configs["grpo_7b_nemo_rl_ray_8gpu"][0]
+    assert nemo.use_reference_policy and nemo.data.max_response_length == 1024 and nemo.trainer.n_gpus_per_node == 8
