@@ -1,11 +1,13 @@
 """Pre-flight of the GPU suites, on the CPU: every command `run_multi_gpu_suite.sh` would run on 2, 4 and 8 GPUs,
 and `run_gpu_suite.sh` in every part (peers included), is accepted by its script's own argument parser (each
-benchmark's `parse_args(argv)`, with the checks it makes after parsing), and every pytest target it names exists;
-so a misspelled flag, a value a script refuses or a renamed test fails here, not on a lease.
+benchmark's `parse_args(argv)`, with the checks it makes after parsing; flags spelled out in full), and every
+pytest target it names exists; so a misspelled flag, a value a script refuses or a renamed test fails here, not on
+a lease. Beyond the parsers: each part's steps fit one 10-minute device call, every Ray GPU step gives Ray the CPUs
+its GPU bundles hold, and every training run makes a config hyflow accepts (on a tiny model of the run's sizes).
 
 The commands come from the suites themselves: with `DRY_RUN=1` (benchmarks/suite_step.sh) each step prints its
-name and command instead of running it, and a fake `nvidia-smi` on PATH reports the GPUs. The commands of the
-README's "Several GPUs" section go through the same check.
+name, time limit and command instead of running it, and a fake `nvidia-smi` on PATH reports the GPUs. The commands
+of the README's "Several GPUs" section and of async_rl.py's and grpo_step.py's docstrings go through the same check.
 """
 
 from __future__ import annotations
