@@ -1,4 +1,5 @@
-"""Memory-lean loading of a training role's weights into its FSDP2 shards: each rank reads only its own rows.
+"""Memory-lean loading of a role's weights into its FSDP2 shards (actor, ref, critic, reward model): each rank
+reads only its own rows.
 
     module, stats = build_sharded(make, path, fsdp_config, mesh)  # make(empty_weights) -> (module, hf_model)
     stats.mode, stats.bytes_read                                  # "sliced", what this rank read from the folder
@@ -15,11 +16,11 @@ on one node (8 × ~65 GB for a 32B model in bf16 on 8 GPUs). With several ranks,
    parameter);
 3. fills them, by one of two ways chosen by `slice_plan` (the same choice on every rank: it reads only headers):
    - **sliced**: every meta parameter (and persistent buffer) has a tensor of the same name (after the renames
-     transformers applies on load, `checkpoint_renamer`) and shape in the folder's `*.safetensors`: each rank
-     reads its rows ⌈N/W⌉·rank .. of each tensor through `safe_open(...).get_slice`
-     (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them into its local shard (cast
-     to the module's dtype as `from_pretrained` casts). Host memory: this rank's shards (where they live: CPU
-     ranks and offload) plus one tensor's rows in flight.
+     transformers applies on load, `checkpoint_renamer`: a VLM's older layout, a base-model prefix) and shape in
+     the folder's `*.safetensors`: each rank reads its rows ⌈N/W⌉·rank .. of each tensor through
+     `safe_open(...).get_slice` (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them
+     into its local shard (cast to the module's dtype as `from_pretrained` casts). Host memory: this rank's shards
+     (where they live: CPU ranks and offload) plus one tensor's rows in flight.
    - **broadcast from rank 0**, where a name does not match: a folder without safetensors, a checkpoint
      transformers converts while loading (fused tensors). Rank 0 builds the module as one process
      does (`make(False)`: `from_pretrained`, from the random state the skeleton started from, so its random draws
@@ -91,7 +92,10 @@ def checkpoint_shapes(path: str) -> dict[str, tuple[int, ...]]:
 def checkpoint_prefixes(module: nn.Module, hf_model: nn.Module) -> dict[str, str]:
     """Module-name prefix -> checkpoint-name prefix: a child holding `hf_model` reads `lm.` -> `` (PolicyModel's
     `lm`, or `lm.base_model.model.` under peft), a child inside it reads `name.` -> its path in `hf_model` (the
-    critic's `backbone.` -> `model.`); other children (the value head) have no checkpoint name."""
+    critic's `backbone.` -> `model.`); other children (the value head) have no checkpoint name. A module that is
+    the transformers model itself (the reward model's sequence classifier) reads every name as it is."""
+    if module is hf_model:
+        return {"": ""}
     inside = {id(sub): path for path, sub in hf_model.named_modules()}
     prefixes = {}
     for name, child in module.named_children():
@@ -113,17 +117,45 @@ def _checkpoint_name(name: str, prefixes: dict[str, str]) -> str | None:
 
 
 def checkpoint_renamer(hf_model: nn.Module) -> Callable[[str], str]:
-    """The renames transformers (5) applies to a checkpoint's names while loading into `hf_model` (a VLM saved in
-    the older `visual.` / `model.` layout), so such a checkpoint still loads sliced. Conversions that change values
-    or shapes (fused MoE experts) are not renames: their tensors stay unmatched and the load broadcasts. transformers
-    4: no renames (such checkpoints broadcast)."""
+    """The renames transformers applies to a checkpoint's names while loading into `hf_model`, so such a checkpoint
+    still loads sliced: (transformers 5) its conversion mapping's renames (a VLM saved in the older `visual.` /
+    `model.` layout), then the base-model prefix (`base_model_prefix`: a checkpoint of the bare backbone, `layers.0.`,
+    loading into a model with a head, `model.layers.0.`, and the reverse). Conversions that change values or shapes
+    (fused MoE experts) are not renames: their tensors stay unmatched and the load broadcasts."""
+    renamings = _conversion_renamings(hf_model)
+    prefix = getattr(hf_model, "base_model_prefix", "")
+    names = {name.replace(".base_layer.", ".") for name in hf_model.state_dict(keep_vars=True)}  # peft's base_layer
+
+    def rename(key: str) -> str:
+        if renamings:
+            from transformers.core_model_loading import apply_renamings
+
+            key = apply_renamings(key, renamings)
+        return with_base_model_prefix(key, prefix, names)
+
+    return rename
+
+
+def _conversion_renamings(hf_model: nn.Module) -> list:
+    """The `WeightRenaming`s of transformers' conversion mapping for `hf_model` (none before transformers 5)."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightRenaming, apply_renamings
+        from transformers.core_model_loading import WeightRenaming
     except ImportError:
-        return lambda key: key
-    renamings = [t for t in get_model_conversion_mapping(hf_model) if isinstance(t, WeightRenaming)]
-    return lambda key: apply_renamings(key, renamings)
+        return []
+    return [t for t in get_model_conversion_mapping(hf_model) if isinstance(t, WeightRenaming)]
+
+
+def with_base_model_prefix(key: str, prefix: str, names: set[str]) -> str:
+    """`key` with the base-model `prefix` added or stripped where only that makes it one of the model's `names`, as
+    `from_pretrained` matches a backbone's checkpoint with a model that has a head (and the reverse)."""
+    if key in names or not prefix:
+        return key
+    if f"{prefix}.{key}" in names:
+        return f"{prefix}.{key}"
+    if key.startswith(f"{prefix}.") and key[len(prefix) + 1 :] in names:
+        return key[len(prefix) + 1 :]
+    return key
 
 
 def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
