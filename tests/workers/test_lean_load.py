@@ -2,7 +2,8 @@
 reads only its rows of the checkpoint, and ends with exactly the shards, buffers, ties and first training step of
 the full load (`from_pretrained` on every rank, then FSDP2) — for the actor, the ref (bf16, offloaded), the critic
 with a saved value head, a new LoRA actor, one from a saved adapter, a VLM (its checkpoint in the layout transformers
-renames on load) and a folder without safetensors (broadcast from rank 0)."""
+renames on load), a checkpoint of the bare backbone (names without the `model.` prefix that transformers adds on
+load) and a folder without safetensors (broadcast from rank 0)."""
 
 import copy
 import os
@@ -24,7 +25,7 @@ from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.critic import DataParallelPPOCritic
 from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh
-from hyflow.workers.lean_load import build_sharded
+from hyflow.workers.lean_load import build_sharded, with_base_model_prefix
 from hyflow.workers.optim import build_optimizer
 
 from .conftest import make_ppo_batch
@@ -114,6 +115,12 @@ def every_role(rank: int, paths: dict[str, str], data, image_data):
             paths["vlm"],
             image_data,
         ),
+        "backbone": lean_and_full(
+            builders.policy_maker(ModelConfig(path=paths["backbone"]), fsdp, paths["backbone"], True),
+            fsdp,
+            paths["backbone"],
+            data,
+        ),
         "bin": lean_and_full(builders.policy_maker(actor, fsdp, paths["bin"], True), fsdp, paths["bin"], data),
     }
 
@@ -126,6 +133,13 @@ def saved_adapter(model_path: str, folder: str) -> str:
         if "lora_B" in name:
             torch.nn.init.normal_(param, std=0.1)
     lm.save_pretrained(folder)
+    return folder
+
+
+def backbone_checkpoint(model_path: str, folder: str) -> str:
+    """The tiny model saved from its bare backbone (`Qwen2Model`, as `AutoModel` saves it): tensor names without
+    the `model.` prefix, which `from_pretrained` adds for the causal LM (its LM head is tied: nothing is missing)."""
+    load_causal_lm(model_path).model.save_pretrained(folder)
     return folder
 
 
@@ -152,6 +166,7 @@ def results(tiny_model_path, vlm_path, image_batch, tmp_path_factory):
         "model": tiny_model_path,
         "vlm": vlm_path,
         "critic": critic,
+        "backbone": backbone_checkpoint(tiny_model_path, str(folder / "backbone")),
         "bin": folder_without_safetensors(tiny_model_path, str(folder / "bin")),
     }
     image_data = copy.deepcopy(image_batch)  # the rollout's log-probs stand in for the old and ref ones
@@ -173,7 +188,7 @@ def assert_same(lean, full):
     assert lean["tied"] == full["tied"]
 
 
-ROLES = ["actor", "ref", "critic", "lora", "adapter", "vlm", "bin"]
+ROLES = ["actor", "ref", "critic", "lora", "adapter", "vlm", "backbone", "bin"]
 
 
 @pytest.mark.multiproc
@@ -202,9 +217,9 @@ def test_the_first_training_step_or_ref_log_probs_after_lean_loading_equal_the_f
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(900)
-def test_safetensors_checkpoints_are_sliced_even_in_transformers_older_vlm_layout_and_bin_folders_broadcast(results):
+def test_safetensors_checkpoints_are_sliced_even_in_layouts_transformers_renames_and_bin_folders_broadcast(results):
     for rank_results in results:
-        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 6 + ["broadcast"]
+        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 7 + ["broadcast"]
     assert "no *.safetensors" in results[0]["bin"][0]["stats"].reason
     assert results[0]["bin"][0]["stats"].bytes_read == 0
 
@@ -222,3 +237,11 @@ def test_each_rank_reads_about_half_of_the_checkpoint_plus_at_most_one_tensor(re
         assert stats.bytes_read <= total / 2 + largest
         assert stats.largest_read <= largest / 2 + largest / 16  # a shard: half the rows (plus rounding)
         assert stats.tensors_read == len(sizes)
+
+
+def test_the_base_model_prefix_is_added_or_stripped_only_where_that_names_a_tensor_of_the_model():
+    names = {"model.layers.0.mlp.up_proj.weight", "score.weight"}
+    assert with_base_model_prefix("layers.0.mlp.up_proj.weight", "model", names) == "model.layers.0.mlp.up_proj.weight"
+    assert with_base_model_prefix("score.weight", "model", names) == "score.weight"  # already a name: kept
+    assert with_base_model_prefix("model.norm.weight", "model", {"norm.weight"}) == "norm.weight"  # the reverse
+    assert with_base_model_prefix("lm_head.weight", "model", names) == "lm_head.weight"  # no name either way
