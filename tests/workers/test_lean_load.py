@@ -6,12 +6,14 @@ renames on load), a checkpoint of the bare backbone (names without the `model.` 
 load) and a folder without safetensors (broadcast from rank 0)."""
 
 import copy
+import json
 import os
 import shutil
 
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor
 
 from hyflow import fields as F
@@ -25,7 +27,7 @@ from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.critic import DataParallelPPOCritic
 from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh
-from hyflow.workers.lean_load import build_sharded, with_base_model_prefix
+from hyflow.workers.lean_load import _broadcast_reason, build_sharded, slice_plan, with_base_model_prefix
 from hyflow.workers.optim import build_optimizer
 
 from .conftest import make_ppo_batch
@@ -245,3 +247,52 @@ def test_the_base_model_prefix_is_added_or_stripped_only_where_that_names_a_tens
     assert with_base_model_prefix("score.weight", "model", names) == "score.weight"  # already a name: kept
     assert with_base_model_prefix("model.norm.weight", "model", {"norm.weight"}) == "norm.weight"  # the reverse
     assert with_base_model_prefix("lm_head.weight", "model", names) == "lm_head.weight"  # no name either way
+
+
+def skeleton_and_plan(path: str):
+    module, hf_model = builders.policy_maker(ModelConfig(path=path), FSDPConfig(), path, True)(True)
+    return slice_plan(module, hf_model, path)
+
+
+def test_a_quantised_checkpoint_is_not_sliced_since_a_plain_cast_would_not_dequantise_it(tiny_model_path, tmp_path):
+    folder = shutil.copytree(tiny_model_path, tmp_path / "fp8")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    (folder / "config.json").write_text(json.dumps(config))
+    plan = skeleton_and_plan(str(folder))
+    assert plan.missing == []  # every name and shape matches: only the config tells
+    assert not plan.sliced
+    assert "quant_method=fp8" in _broadcast_reason(plan)
+    assert skeleton_and_plan(tiny_model_path).sliced
+
+
+def test_a_tensor_of_the_modules_very_name_wins_over_a_stray_one_that_only_a_prefix_would_match(
+    tiny_model_path, tmp_path
+):
+    folder = shutil.copytree(tiny_model_path, tmp_path / "stray")
+    save_file({"norm.weight": torch.full((32,), 7.0)}, str(folder / "z_backbone.safetensors"))  # sorts after model.
+    plan = skeleton_and_plan(str(folder))
+    assert plan.sliced
+    assert plan.keys["lm.model.norm.weight"] == "model.norm.weight"
+
+
+def load_broken_folder(rank: int, path: str) -> str:
+    """What each rank raises when the folder's only weights file is not a checkpoint (rank 0 loads it)."""
+    fsdp = FSDPConfig()
+    try:
+        build_sharded(builders.policy_maker(ModelConfig(path=path), fsdp, path, True), path, fsdp, build_device_mesh())
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "loaded"
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+def test_when_rank_0_cannot_load_a_broadcast_every_rank_raises_instead_of_waiting(tiny_model_path, tmp_path):
+    folder = folder_without_safetensors(tiny_model_path, str(tmp_path / "broken"))
+    with open(os.path.join(folder, "pytorch_model.bin"), "wb") as f:
+        f.write(b"not a checkpoint")
+    rank0, rank1 = run_ranks(load_broken_folder, 2, folder, timeout_s=240)
+    assert rank0 != "loaded"
+    assert rank1.startswith("RuntimeError: lean load: rank 0 could not load")
+    assert rank0 in rank1  # rank 0's own error, passed on
