@@ -1,5 +1,7 @@
 """RewardModelWorker: a tiny sequence classifier with its own tokenizer scores a batch of conversations."""
 
+import sys
+
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
@@ -73,3 +75,13 @@ def test_a_batch_without_raw_chat_asks_for_return_raw_chat(folders):
 def test_a_missing_reward_model_path_is_a_clear_error():
     with pytest.raises(ValueError, match=r"reward_model\.model\.path is not set"):
         RewardModelScorer(RewardModelConfig(enable=True))
+
+
+def test_the_reward_models_external_lib_is_imported_before_its_config_is_read(folders, tmp_path, monkeypatch):
+    (tmp_path / "my_rm_architectures.py").write_text("REGISTERED = True\n")  # would register a custom architecture
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = _config(folders)
+    config.model.external_lib = "my_rm_architectures"
+    RewardModelScorer(config)
+    assert sys.modules["my_rm_architectures"].REGISTERED
+    monkeypatch.delitem(sys.modules, "my_rm_architectures")
