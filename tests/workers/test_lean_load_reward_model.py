@@ -1,8 +1,9 @@
 """The reward-model worker loads lean on 2 gloo ranks (hyflow/workers/lean_load.py): each rank builds the sequence
 classifier on meta, shards it with FSDP2 and reads only its rows of the checkpoint (the `score` head's one row
-included), and ends with exactly the shards and buffers of the full load (`from_pretrained` on every rank, then
-FSDP2), in fp32 and in bf16 with offload, scoring a batch as the one-rank worker does; a folder of
-`pytorch_model.bin` falls back to rank 0 loading and broadcasting, with the same scores."""
+included), and ends with exactly the shards, buffers and scores of the full load (`from_pretrained` on every rank,
+then FSDP2), in fp32 and in bf16 with offload, scoring a batch exactly as the one-rank worker does; a folder of
+`pytorch_model.bin` falls back to rank 0 loading and broadcasting, with the same scores. The same on 2 GPUs over
+NCCL where there are two."""
 
 import os
 
@@ -46,7 +47,7 @@ def full_load(config, pad_token_id: int):
 
 def every_case(rank: int, paths: dict, data: DataProto) -> dict:
     """Per case: the lean worker's load stats, shards, buffers and scores of this rank's half of `data`, and the
-    full load's shards and buffers."""
+    full load's shards, buffers and scores (the same scorer on the full load's model); all on the CPU."""
     results = {}
     for case in CASES:
         config = config_of(paths, case)
@@ -54,13 +55,30 @@ def every_case(rank: int, paths: dict, data: DataProto) -> dict:
         worker.init_model()
         model = worker.scorer.model
         meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
-        rm_scores = worker.compute_rm_score(data.chunk(2)[rank]).batch["rm_scores"]
-        full = full_load(config, worker.scorer.tokenizer.pad_token_id)
-        results[case] = {
-            "stats": worker.scorer.load_stats, "lean": shards_and_buffers(model), "meta": meta,
-            "full": shards_and_buffers(full), "rm_scores": rm_scores,
-        }  # fmt: skip
+        lean = {"stats": worker.scorer.load_stats, "tensors": on_cpu(shards_and_buffers(model)), "meta": meta}
+        lean["rm_scores"] = worker.compute_rm_score(data.chunk(2)[rank]).batch["rm_scores"]
+        worker.scorer.model = full_load(config, worker.scorer.tokenizer.pad_token_id)
+        full = {"tensors": on_cpu(shards_and_buffers(worker.scorer.model))}
+        full["rm_scores"] = worker.compute_rm_score(data.chunk(2)[rank]).batch["rm_scores"]
+        results[case] = {"lean": lean, "full": full}
     return results
+
+
+def on_cpu(tensors: tuple[dict, dict]) -> tuple[dict, dict]:
+    return tuple({name: tensor.cpu() for name, tensor in group.items()} for group in tensors)
+
+
+def assert_lean_is_the_full_load(result: dict, case: str) -> None:
+    """Bitwise: the same parameter shards (in the configured dtype), buffers and scores; nothing left on meta."""
+    lean, full = result["lean"], result["full"]
+    assert lean["meta"] == []
+    for kind in (0, 1):  # parameters, buffers
+        assert lean["tensors"][kind].keys() == full["tensors"][kind].keys()
+        for name, expected in full["tensors"][kind].items():
+            assert lean["tensors"][kind][name].dtype == expected.dtype, name
+            assert torch.equal(lean["tensors"][kind][name], expected), name
+    assert {p.dtype for p in lean["tensors"][0].values()} == {DTYPES[CASES[case][1].model_dtype]}
+    assert torch.equal(lean["rm_scores"], full["rm_scores"])
 
 
 def one_rank_scores(config, data: DataProto) -> torch.Tensor:
@@ -75,36 +93,32 @@ def one_rank_scores(config, data: DataProto) -> torch.Tensor:
         torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def setting(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rm_lean")
+def folders_and_batch(root) -> tuple[dict, DataProto]:
     folders = save_reward_model_folders(root)
     paths = {
         "rm": folders["rm"],
         "policy": folders["policy"],
         "bin": folder_without_safetensors(folders["rm"], str(root / "bin")),
     }
-    data = conversation_batch(folders["policy_tokenizer"])
+    return paths, conversation_batch(folders["policy_tokenizer"])
+
+
+@pytest.fixture(scope="module")
+def setting(tmp_path_factory):
+    paths, data = folders_and_batch(tmp_path_factory.mktemp("rm_lean"))
     return paths, data, run_ranks(every_case, 2, paths, data, timeout_s=300)
 
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_lean_reward_model_has_every_shard_and_buffer_of_the_full_load_bitwise(setting, case):
+def test_the_lean_reward_model_has_every_shard_buffer_and_score_of_the_full_load_bitwise(setting, case):
     _, _, results = setting
     for rank_results in results:
-        lean, full = rank_results[case]["lean"], rank_results[case]["full"]
-        assert rank_results[case]["meta"] == []
-        for kind in (0, 1):  # parameters, buffers
-            assert lean[kind].keys() == full[kind].keys()
-            for name, expected in full[kind].items():
-                assert lean[kind][name].dtype == expected.dtype, name
-                assert torch.equal(lean[kind][name], expected), name
-        assert {p.dtype for p in lean[0].values()} == {DTYPES[CASES[case][1].model_dtype]}  # the configured dtype
-    shards = [rank_results[case]["lean"][0]["score.weight"].shape for rank_results in results]
+        assert_lean_is_the_full_load(rank_results[case], case)
+    shards = [rank_results[case]["lean"]["tensors"][0]["score.weight"].shape for rank_results in results]
     assert shards == [(1, 32), (0, 32)]  # the head's one row, on rank 0: FSDP2 shards it with the root
-    assert any(name.endswith("inv_freq") for name in results[0][case]["lean"][1])
+    assert any(name.endswith("inv_freq") for name in results[0][case]["lean"]["tensors"][1])
 
 
 @pytest.mark.multiproc
@@ -112,7 +126,7 @@ def test_the_lean_reward_model_has_every_shard_and_buffer_of_the_full_load_bitwi
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_lean_ranks_score_the_batch_exactly_as_the_one_rank_worker(setting, case):
     paths, data, results = setting
-    two_ranks = torch.cat([rank_results[case]["rm_scores"] for rank_results in results])
+    two_ranks = torch.cat([rank_results[case]["lean"]["rm_scores"] for rank_results in results])
     expected = one_rank_scores(config_of(paths, case), data)
     assert torch.count_nonzero(expected) == len(data)  # one score per row, on its last response token
     assert torch.equal(two_ranks, expected)
@@ -123,9 +137,10 @@ def test_two_lean_ranks_score_the_batch_exactly_as_the_one_rank_worker(setting, 
 def test_a_safetensors_reward_model_is_sliced_and_a_bin_folder_broadcasts_from_rank_0(setting):
     _, _, results = setting
     for rank_results in results:
-        assert [rank_results[case]["stats"].mode for case in CASES] == ["sliced", "sliced", "broadcast"]
-        assert "no *.safetensors" in rank_results["bin"]["stats"].reason
-        assert rank_results["bin"]["stats"].bytes_read == 0
+        stats = {case: rank_results[case]["lean"]["stats"] for case in CASES}
+        assert [stats[case].mode for case in CASES] == ["sliced", "sliced", "broadcast"]
+        assert "no *.safetensors" in stats["bin"].reason
+        assert stats["bin"].bytes_read == 0
 
 
 @pytest.mark.multiproc
@@ -137,8 +152,21 @@ def test_each_lean_rank_reads_about_half_of_the_reward_models_bytes(setting):
     sizes = [tensor.numel() * tensor.element_size() for tensor in tensors]
     total, largest = sum(sizes), max(sizes)
     for case in ("fp32", "bf16_offload"):
-        reads = [rank_results[case]["stats"] for rank_results in results]
+        reads = [rank_results[case]["lean"]["stats"] for rank_results in results]
         assert sum(stats.bytes_read for stats in reads) == total  # every byte read once, by exactly one rank
         for stats in reads:
             assert stats.bytes_read <= total / 2 + largest
             assert stats.largest_read <= largest / 2 + largest / 16  # a shard: half the rows (plus rounding)
+
+
+@pytest.mark.gpu
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+def test_on_two_gpus_over_nccl_the_lean_reward_model_is_the_full_load(tmp_path):
+    paths, data = folders_and_batch(tmp_path)
+    results = run_ranks(every_case, 2, paths, data, timeout_s=300, backend="nccl")
+    for rank_results in results:
+        assert [rank_results[case]["lean"]["stats"].mode for case in CASES] == ["sliced", "sliced", "broadcast"]
+        for case in CASES:
+            assert_lean_is_the_full_load(rank_results[case], case)
