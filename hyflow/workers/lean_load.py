@@ -172,8 +172,9 @@ def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
     rename = checkpoint_renamer(hf_model)
     stored: dict[str, str] = {}  # the module's name -> the checkpoint's: a tensor of that very name first
     for key in shapes:
-        if stored.get(rename(key)) != rename(key):
-            stored[rename(key)] = key
+        name = rename(key)
+        if stored.get(name) != name:
+            stored[name] = key
     prefixes = checkpoint_prefixes(module, hf_model)
     aliases: dict[int, list[str]] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
