@@ -144,12 +144,24 @@ def load_sequence_classifier(
     empty_weights: bool = False,
 ) -> transformers.PreTrainedModel:
     """A reward model: `AutoModelForSequenceClassification.from_pretrained` on a checked local folder, in `dtype`
-    (the backbone under `model.`, the `score` head of num_labels × hidden). `empty_weights`: every parameter on
-    meta, the head's too (see the module docstring)."""
+    (the backbone under `model.`, the `score` head of num_labels × hidden). A weight the folder lacks (the head of
+    a causal LM's folder) is an error: `from_pretrained` would start it at random. `empty_weights`: every
+    parameter on meta, the head's too (see the module docstring)."""
     path = check_local_model_folder(path, key)
     config = load_model_config(path, trust_remote_code=trust_remote_code)
     kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "trust_remote_code": trust_remote_code}
-    return _build(path, config, empty_weights, AutoModelForSequenceClassification, **kwargs)
+    if empty_weights:
+        return _build(path, config, True, AutoModelForSequenceClassification, **kwargs)
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        path, config=config, output_loading_info=True, **kwargs
+    )
+    if info["missing_keys"]:
+        raise ValueError(
+            f"{key}={path!r} has no weights for {sorted(info['missing_keys'])[:3]}, so they would start at random "
+            "and the scores would mean nothing; point it at a trained sequence-classification checkpoint (a causal "
+            "LM's folder has no score head)."
+        )
+    return model
 
 
 def load_value_model(

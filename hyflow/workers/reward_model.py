@@ -73,10 +73,11 @@ class RewardModelScorer:
         input_path = config.model.input_tokenizer or path
         self.input_tokenizer = load_tokenizer(input_path, key="reward_model.model.input_tokenizer")
         import_external_lib(config.model)
-        num_labels = load_model_config(path, trust_remote_code=config.model.trust_remote_code).num_labels
-        if num_labels != 1:
+        hf_config = load_model_config(path, trust_remote_code=config.model.trust_remote_code)
+        if hf_config.num_labels != 1:
             raise ValueError(
-                f"{_KEY}={path!r} has num_labels={num_labels}; a reward model outputs one score (num_labels=1)."
+                f"{_KEY}={path!r} has num_labels={hf_config.num_labels} (architectures={hf_config.architectures}); "
+                "a reward model is a sequence classifier with one score (num_labels=1)."
             )
         self.device = training_device()
         make = reward_model_maker(config, path, self.tokenizer.pad_token_id)

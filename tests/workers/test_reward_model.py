@@ -4,7 +4,7 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from hyflow.config.reward import RewardModelConfig
 from hyflow.controller import ClassWithInitArgs, LocalWorkerGroup
@@ -85,3 +85,18 @@ def test_the_reward_models_external_lib_is_imported_before_its_config_is_read(fo
     RewardModelScorer(config)
     assert sys.modules["my_rm_architectures"].REGISTERED
     monkeypatch.delitem(sys.modules, "my_rm_architectures")
+
+
+@pytest.mark.parametrize("num_labels", [None, 1])
+def test_a_causal_lm_folder_is_not_taken_for_a_reward_model(folders, tmp_path, num_labels):
+    labels = {} if num_labels is None else {"num_labels": num_labels}
+    lm_config = AutoConfig.for_model(
+        "qwen2", vocab_size=448, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, **labels,
+    )  # fmt: skip
+    AutoModelForCausalLM.from_config(lm_config).save_pretrained(tmp_path / "lm")
+    build_tiny_tokenizer(vocab_size=384).save_pretrained(tmp_path / "lm")
+    config = reward_model_config(str(tmp_path / "lm"), folders["policy"])
+    expected = r"num_labels=2 \(architectures=\['Qwen2ForCausalLM'\]\)" if num_labels is None else r"score\.weight"
+    with pytest.raises(ValueError, match=expected):
+        RewardModelScorer(config)
