@@ -75,6 +75,8 @@ def measured_side(
         names = sorted({name for timing in later for name in timing if name != "step"})
         summary["verl_stages_mean_s"] = {name: statistics.fmean(t.get(name, 0.0) for t in later) for name in names}
         summary["verl_stages_s"] = side["verl_stages_s"]
+    if "stopped" in side:  # a peer stopped by its timeout after some steps: they are measured, the note says so
+        summary["stopped"] = side["stopped"]
     if any(side.get("response_length_mean") or []):
         summary["response_length_mean"] = side["response_length_mean"]
     if on_this_gpu:

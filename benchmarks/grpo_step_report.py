@@ -42,6 +42,8 @@ def print_table(result: dict[str, Any], sides: dict[str, str]) -> None:
     for side in ("trl", "trl_vllm", "verl"):
         if f"ratio_{side}_over_hyflow" in result:
             print(f"{sides[side]} / hyflow (steps 2-{shape['steps']} mean): {result[f'ratio_{side}_over_hyflow']:.2f}x")
+        if "stopped" in (result.get(side) or {}):
+            print(f"{sides[side]} ran {result[side]['stopped']}")
         for key in ("skipped", "error"):
             if f"{side}_{key}" in result:
                 print(f"{sides[side]} {key}: {result[f'{side}_{key}']}")

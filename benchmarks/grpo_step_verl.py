@@ -126,8 +126,16 @@ def run_verl(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> di
     lines = log_file.read_text(errors="replace").splitlines()
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "verl_grpo_step.log").write_text("\n".join(lines[-4000:]) + "\n")
-    logged = parse_step_lines(lines)
-    if returncode != 0 or len(logged) < args.steps:
+    return verl_result(parse_step_lines(lines), returncode, args, lines)
+
+
+def verl_result(logged: list[dict[str, float]], returncode: int | str, args: argparse.Namespace, lines: list[str]):
+    """Each step's seconds and verl's stages from the steps it logged. A run that `--verl-timeout` stopped after
+    at least two steps (the warm-up and one measured) keeps them, with a `stopped` note saying how many of
+    `--steps` ran; any other early end, or an exit code other than 0, raises with the log's tail."""
+    timed_out = isinstance(returncode, str)
+    complete = returncode == 0 and len(logged) >= args.steps
+    if not complete and not (timed_out and len(logged) >= 2):
         tail = "\n".join(lines[-40:])
         raise RuntimeError(
             f"verl's trainer exited with code {returncode} after {len(logged)} of {args.steps} steps; "
@@ -137,4 +145,10 @@ def run_verl(args: argparse.Namespace, assets: dict[str, Any], root: Path) -> di
         {key.removeprefix("timing_s/"): value for key, value in metrics.items() if key.startswith("timing_s/")}
         for metrics in logged
     ]
-    return {"step_s": [timing["step"] for timing in stages], "verl_stages_s": stages}
+    result: dict[str, Any] = {"step_s": [timing["step"] for timing in stages], "verl_stages_s": stages}
+    if not complete:
+        result["stopped"] = (
+            f"{len(logged)} of {args.steps} steps: stopped after --verl-timeout={args.verl_timeout} s "
+            "(raise it for all of them)"
+        )
+    return result

@@ -131,6 +131,10 @@ class Qwen3XMLToolParser(ToolParser):
             rest = rest[: rest.index("<tool_call>")]
         return ParsedToolCalls(text=rest.strip(), calls=calls, num_malformed=num_malformed)
 
+    def forced_call_prefix(self, name: str | None, num_previous_calls: int = 0) -> str:
+        """`<tool_call>` and `<function=`, with the tool's name and its line end when it is given."""
+        return "<tool_call>\n<function=" + ("" if name is None else f"{name}>\n")
+
 
 def _tool_name(call_id: str, arguments: dict[str, Any], tools: list[OpenAIFunctionToolSchema] | None) -> str | None:
     """The tool a Kimi call id names: `functions.NAME:IDX` → NAME; an id that names no tool is matched to the one
@@ -182,6 +186,12 @@ class KimiToolParser(ToolParser):
         num_malformed += section.count("<|tool_call_begin|>") - len(found)  # calls cut off before their end
         return ParsedToolCalls(text=(before + after).strip(), calls=calls, num_malformed=num_malformed)
 
+    def forced_call_prefix(self, name: str | None, num_previous_calls: int = 0) -> str:
+        """The section's and the call's openings, then the call id: `functions.` and, for a named tool,
+        `NAME:IDX` (IDX counts the conversation's calls, as Kimi K2's ids do) and the arguments' marker."""
+        opening = f"{self.SECTION_BEGIN}<|tool_call_begin|>functions."
+        return opening if name is None else f"{opening}{name}:{num_previous_calls}<|tool_call_argument_begin|>"
+
 
 @ToolParser.register("gpt-oss")
 class GptOssToolParser(ToolParser):
@@ -210,3 +220,9 @@ class GptOssToolParser(ToolParser):
         else:
             content = text
         return ParsedToolCalls(text=content.strip(), calls=calls, num_malformed=num_malformed)
+
+    def forced_call_prefix(self, name: str | None, num_previous_calls: int = 0) -> str:
+        """A commentary-channel message addressed `to=functions.`, with the tool's name and the JSON constraint
+        when it is given (after the generation prompt's `<|start|>assistant`; the analysis channel is skipped)."""
+        opening = "<|channel|>commentary to=functions."
+        return opening if name is None else f"{opening}{name} <|constrain|>json<|message|>"

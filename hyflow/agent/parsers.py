@@ -12,6 +12,8 @@ A parser is a `ToolParser` subclass registered by name and selected by `actor_ro
 A `FunctionCall` carries its arguments as the JSON text of an object (OpenAI's and verl's `arguments`;
 `call.arguments_dict()` decodes them) and the model's call id where the format has one (`tool_call_id`).
 `tools` (the active tools' `OpenAIFunctionToolSchema`s, optional) lets a format read values by their declared types.
+`parser.forced_call_prefix(name)` is the opening of a call in the format (of tool `name`, or of any tool for None):
+`hyflow serve` starts a reply with it for a named or "required" `tool_choice`; a format without one cannot be forced.
 
 Parsers never raise on model output: a malformed call (bad JSON, no name, arguments not an object, an unclosed
 tag) is skipped and counted in `ParsedToolCalls.num_malformed`, which the agent loop reports as a metric.
@@ -102,6 +104,28 @@ class ToolParser(ABC):
     def names(cls) -> list[str]:
         return sorted(cls._registry)
 
+    @classmethod
+    def forceable_names(cls) -> list[str]:
+        """The registered formats that can start a call for the model (they define `forced_call_prefix`)."""
+        return sorted(name for name, parser in cls._registry.items() if parser.can_force())
+
+    @classmethod
+    def can_force(cls) -> bool:
+        return cls.forced_call_prefix is not ToolParser.forced_call_prefix
+
+    @classmethod
+    def label(cls) -> str:
+        """The name the format is registered under (the first, for one registered twice), else its class name."""
+        return next((name for name, parser in cls._registry.items() if parser is cls), cls.__qualname__)
+
+    def forced_call_prefix(self, name: str | None, num_previous_calls: int = 0) -> str | None:
+        """The text an assistant turn is started with so that the model's continuation is a call in this format: a
+        call of the tool `name`, or of a tool of the model's choice when None (OpenAI's `tool_choice` naming a
+        function, and "required"; `hyflow serve` writes it after the chat template's generation prompt).
+        `num_previous_calls`: the calls the conversation already holds (a format that numbers its calls, Kimi K2,
+        continues the count). None: the format cannot be forced (the default)."""
+        return None
+
     @abstractmethod
     def parse(self, text: str, tools: list[OpenAIFunctionToolSchema] | None = None) -> ParsedToolCalls:
         """Split decoded model text into plain text and function calls; never raises on bad model output."""
@@ -160,6 +184,12 @@ class HermesToolParser(ToolParser):
         if num_malformed:
             logger.debug("hermes parser skipped %d malformed tool call(s)", num_malformed)
         return ParsedToolCalls(text=rest.strip(), calls=calls, num_malformed=num_malformed)
+
+    def forced_call_prefix(self, name: str | None, num_previous_calls: int = 0) -> str:
+        """`<tool_call>` and, for a named tool, the JSON object up to its arguments."""
+        if name is None:
+            return f"{self.OPEN}\n"
+        return f'{self.OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
 
 
 # The other built-in formats register themselves on import (after the base class above exists).

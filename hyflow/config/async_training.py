@@ -18,9 +18,15 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from hyflow.config.ppo_trainer import PPOTrainerConfig
 
-__all__ = ["AsyncTrainingConfig", "check_async_training"]
+__all__ = ["CHUNK_ROWS", "AsyncTrainingConfig", "check_async_training", "chunk_prompts_of"]
 
 AsyncMode = Literal["sync", "one_step_off", "fully_async"]
+
+# Rows each rollout engine gets per chunk when `chunk_prompts` is 0 (auto). Below a few hundred rows a decode step
+# is bound by the host, not the GPU: on one H200 (0.5B shape, 64 prompts x 8 samples of 256 tokens per step),
+# fully_async at staleness 1 ran at 0.56x the synchronous split run with chunks of 8 prompts (64 rows) and at 1.01x
+# with chunks of 32 (256 rows) (benchmarks/README.md, "Asynchronous training").
+CHUNK_ROWS = 256
 
 
 @dataclass
@@ -33,8 +39,31 @@ class AsyncTrainingConfig:
     # fully_async: the most policy versions (optimizer steps) a trained sample may lag behind the weights it
     # updates; older samples are dropped, and no generation starts that could only finish older (0: on-policy)
     max_staleness: int = 1
-    # fully_async: prompts per generation request (each with its rollout.n samples): the unit the buffer schedules
-    chunk_prompts: int = 1
+    # fully_async: prompts per generation request (each with its rollout.n samples): the unit the buffer schedules;
+    # 0 (auto): the fewest prompts dividing data.train_batch_size that give every rollout engine 256 rows (CHUNK_ROWS)
+    # (the whole batch if none does); agent loops schedule each prompt group alone (1)
+    chunk_prompts: int = 0
+
+
+def chunk_prompts_of(config: PPOTrainerConfig) -> int:
+    """Prompts per fully-async generation request: `async_training.chunk_prompts`, or for 0 (auto) the smallest
+    divisor d of B = data.train_batch_size with d · n ≥ CHUNK_ROWS · E (n = rollout.n samples a prompt, E = rollout
+    engines: the rollout pool's workers, or the training pool's in the colocated placement), else B; 1 with agent
+    loops, which schedule every prompt group on its own."""
+    settings, trainer = config.async_training, config.trainer
+    rollout = config.actor_rollout_ref.rollout
+    if settings.chunk_prompts:
+        return settings.chunk_prompts
+    if rollout.multi_turn.enable:
+        return 1
+    if trainer.placement == "split":
+        engines = trainer.rollout_nnodes * trainer.rollout_n_gpus_per_node
+    else:
+        engines = trainer.nnodes * trainer.n_gpus_per_node
+    engines //= max(rollout.tensor_model_parallel_size, 1)
+    batch = config.data.train_batch_size
+    wanted = CHUNK_ROWS * max(engines, 1)
+    return next((d for d in range(1, batch + 1) if batch % d == 0 and d * rollout.n >= wanted), batch)
 
 
 def check_async_training(config: PPOTrainerConfig) -> list[str]:
@@ -91,10 +120,14 @@ def check_async_training(config: PPOTrainerConfig) -> list[str]:
         )
     if rollout.multi_turn.enable:
         problems += _agent_loop_problems(config)
-    if settings.mode == "fully_async" and config.data.train_batch_size % settings.chunk_prompts:
+    if (
+        settings.mode == "fully_async"
+        and settings.chunk_prompts
+        and config.data.train_batch_size % settings.chunk_prompts
+    ):
         problems.append(
             f"async_training.chunk_prompts={settings.chunk_prompts} must divide data.train_batch_size="
-            f"{config.data.train_batch_size} (a training batch is whole chunks). Fix: pick a divisor."
+            f"{config.data.train_batch_size} (a training batch is whole chunks). Fix: pick a divisor, or 0 (auto)."
         )
     return problems
 
@@ -105,10 +138,11 @@ def _agent_loop_problems(config: PPOTrainerConfig) -> list[str]:
     while their turns run."""
     settings, rollout = config.async_training, config.actor_rollout_ref.rollout
     problems = []
-    if settings.mode == "fully_async" and settings.chunk_prompts != 1:
+    if settings.mode == "fully_async" and settings.chunk_prompts > 1:
         problems.append(
             f"async_training.chunk_prompts={settings.chunk_prompts} with multi-turn agent loops: every prompt group "
-            "is scheduled on its own, so chunks do not apply. Fix: leave async_training.chunk_prompts at 1."
+            "is scheduled on its own, so chunks do not apply. Fix: leave async_training.chunk_prompts at 0 (auto) "
+            "or 1."
         )
     if rollout.name != "hyflow":
         problems.append(

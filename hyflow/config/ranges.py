@@ -115,7 +115,7 @@ RANGES: dict[str, Range] = {
     "algorithm.filter_groups.max_num_gen_batches": NON_NEGATIVE,
     **{f"trainer.{k}": POSITIVE for k in ("rollout_nnodes", "rollout_n_gpus_per_node")},
     "async_training.max_staleness": NON_NEGATIVE,
-    "async_training.chunk_prompts": POSITIVE,
+    "async_training.chunk_prompts": NON_NEGATIVE,
     **{f"trainer.{k}": POSITIVE for k in ("nnodes", "n_gpus_per_node", "total_epochs", "total_training_steps",
                                           "ray_init.num_cpus", "worker_call_timeout_s", "worker_init_timeout_s")},
     "trainer.save_freq": POSITIVE_OR_OFF,

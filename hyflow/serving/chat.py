@@ -4,8 +4,11 @@ the whole response, or a stream of chunks.
 Tools: with `tool_choice` "auto" (the default when tools are given) the reply's text is read by the server's tool
 parser (`--tool-call-parser`, the agent loop's registry), given the request's tools as the agent loop gives its own
 (so qwen3_coder's XML values come back as their declared types: `{"n": 3}`, not `{"n": "3"}`); "required" starts
-the assistant turn with the parser's opening tag and a named choice also with the function's name, so the model
-continues a call; "none" renders no tools and reads none. A reply with calls has `tool_calls` and finish_reason
+the assistant turn with the opening of a call in the parser's own format and a named choice also with the
+function's name (`ToolParser.forced_call_prefix`: hermes' JSON, qwen3_coder's `<function=NAME>`, Kimi K2's call id,
+harmony's `to=functions.NAME`), so the model continues a call; a parser that cannot start one makes such a choice a
+400. "none" renders no tools and reads none. Formats whose markers are special tokens (Kimi K2, harmony) are read
+from the reply's tokens decoded with those tokens kept. A reply with calls has `tool_calls` and finish_reason
 "tool_calls". While streaming with tools, the text is held back to the end (a call is only known once it closes)
 and sent with the calls.
 """
@@ -62,12 +65,7 @@ def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
     reads_tools = bool(request.tools) and request.tool_choice != "none"
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools] if reads_tools else None
     tool_schemas = parser_tools(request.tools) if reads_tools else None
-    prefix = ""
-    if reads_tools and request.tool_choice not in (None, "auto"):
-        open_tag = getattr(parser, "OPEN", None)
-        if open_tag is None:
-            raise BadRequest(f"tool_choice={request.tool_choice!r} needs a parser with an opening tag", "tool_choice")
-        prefix = tool_call_prefix(request.tool_choice, open_tag)
+    prefix = tool_call_prefix(parser, request) if reads_tools else ""
     check_media_model(state, request.messages)
     try:
         text = render(state.tokenizer, template_messages(request.messages), tools, request.add_generation_prompt)
@@ -83,12 +81,28 @@ def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
     return _Prepared(request, job, images, prefix, reads_tools, envelope, tool_schemas)
 
 
-def _reply(state: ServingState, prepared: _Prepared, text: str) -> tuple[dict[str, Any], str | None]:
+def _reply(
+    state: ServingState, prepared: _Prepared, text: str, out: CompletionOutput
+) -> tuple[dict[str, Any], str | None]:
     tools: ToolCalls | None = None
     if prepared.reads_tools:
         parallel = prepared.request.parallel_tool_calls is not False
-        tools = read_tool_calls(state.tool_parser, prepared.prefix + text, parallel, prepared.tool_schemas)
+        tools = read_tool_calls(
+            state.tool_parser,
+            prepared.prefix + _parser_text(state, prepared, text, out),
+            parallel,
+            prepared.tool_schemas,
+        )
     return chat_message(text, tools)
+
+
+def _parser_text(state: ServingState, prepared: _Prepared, text: str, out: CompletionOutput) -> str:
+    """What the tool parser reads: the reply's text, or for a format whose markers are special tokens (Kimi K2's,
+    harmony's: `keep_special_tokens`) the reply's tokens decoded with them kept, as the agent loop decodes them."""
+    if not state.tool_parser.keep_special_tokens:
+        return text
+    kept = state.tokenizer.decode(out.token_ids, skip_special_tokens=False)
+    return cut_at_stop(kept, prepared.stops, prepared.request.include_stop_str_in_output)[0]
 
 
 def _extras(prepared: _Prepared, out: CompletionOutput) -> dict[str, Any]:
@@ -103,7 +117,7 @@ async def create_chat_completion(state: ServingState, request: ChatCompletionReq
     choices = []
     for out in result.outputs:
         text, _ = cut_at_stop(out.text or "", prepared.stops, request.include_stop_str_in_output)
-        message, reason = _reply(state, prepared, text)
+        message, reason = _reply(state, prepared, text, out)
         log_probs = chat_log_probs(state.token_text, out, 0, len(out.token_ids)) if request.logprobs else None
         choice = {"index": out.index, "message": message, "finish_reason": reason or out.finish_reason}
         choices.append({**choice, "logprobs": log_probs, **_extras(prepared, out)})
@@ -154,7 +168,7 @@ def _stream_choice(
     text = out.text  # the text so far, decoded in the engine's thread (generation.py)
     if prepared.reads_tools:
         full, _ = cut_at_stop(text, prepared.stops, request.include_stop_str_in_output)
-        message, reason = _reply(state, prepared, full)
+        message, reason = _reply(state, prepared, full, out)
         delta = {"content": message["content"]}
         if message.get("tool_calls"):
             delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from hyflow.agent.parsers import ToolParser
 from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema, request_tool_schemas
 from hyflow.engine.config import SamplingParams
 from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice, ToolDef
@@ -177,12 +178,26 @@ def parser_tools(tools: list[ToolDef]) -> list[OpenAIFunctionToolSchema]:
         raise BadRequest(str(error), "tools") from error
 
 
-def tool_call_prefix(tool_choice: str | NamedToolChoice | None, open_tag: str) -> str:
-    """Text the assistant turn is started with to make the model call a tool: `required` opens a call, a named
-    choice also writes the function's name (Hermes format), `auto`/`none` nothing."""
-    if isinstance(tool_choice, NamedToolChoice):
-        return f'{open_tag}\n{{"name": "{tool_choice.function.name}", "arguments": '
-    return f"{open_tag}\n" if tool_choice == "required" else ""
+def tool_call_prefix(parser: ToolParser, request: ChatCompletionRequest) -> str:
+    """Text the assistant turn is started with to make the model call a tool, in the parser's own format
+    (`ToolParser.forced_call_prefix`): `required` opens a call, a named choice also writes the function's name,
+    `auto`/`none` nothing. A 400 naming the parser when its format cannot be forced."""
+    choice = request.tool_choice
+    if choice in (None, "auto", "none"):
+        return ""
+    name = choice.function.name if isinstance(choice, NamedToolChoice) else None
+    previous = sum(len(message.tool_calls or []) for message in request.messages)
+    prefix = parser.forced_call_prefix(name, previous)
+    if prefix is None:
+        shown = "'required'" if name is None else f"naming {name!r}"
+        raise BadRequest(
+            f"tool_choice {shown} makes the model call a tool by starting its reply with the call, but this "
+            f"server's tool parser {type(parser).label()!r} cannot start one (it defines no forced_call_prefix); "
+            "send tool_choice='auto' and ask for the tool in the messages, or restart the server with a "
+            f"--tool-call-parser that can: {', '.join(ToolParser.forceable_names())}",
+            "tool_choice",
+        )
+    return prefix
 
 
 def chat_max_tokens(request: ChatCompletionRequest) -> int | None:

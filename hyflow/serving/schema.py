@@ -5,7 +5,7 @@ Unknown keys are rejected (HTTP 400 naming them), so a parameter hyflow does not
 ignored. hyflow's extras, next to OpenAI's keys: `top_k`, `min_p`, `min_tokens`, `repetition_penalty`,
 `stop_token_ids`, `ignore_eos`, `include_stop_str_in_output`, `return_token_ids` (the choices then carry
 `token_ids` and the response `prompt_token_ids`: what RL needs), and for chat `mm_processor_kwargs` (`fps` of the
-video parts only).
+video parts; the processor's pixel bounds are per server).
 """
 
 from __future__ import annotations
@@ -87,9 +87,12 @@ ContentPart = Annotated[TextPart | ImagePart | VideoPart, Field(discriminator="t
 
 class ProcessorKwargs(_Strict):
     """vLLM's `mm_processor_kwargs` as far as hyflow reads them: `fps`, the frame rate of the request's videos (one
-    number for all, or one per video part, in order)."""
+    number for all, or one per video part, in order). `min_pixels` / `max_pixels` are known only to be refused
+    with the fix: hyflow sets them per server (`--mm-processor-kwargs`)."""
 
     fps: float | list[float] | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
 
 
 class FunctionCallIn(_Strict):

@@ -1,7 +1,8 @@
 """`hyflow serve`: the OpenAI-compatible HTTP API on hyflow's generation engine (FastAPI + uvicorn).
 
     hyflow serve --model PATH [--host 127.0.0.1] [--port 8000] [--tool-call-parser hermes] [--max-model-len N]
-                 [--max-video-frames 32] [--allowed-local-media-path DIR]
+                 [--max-video-frames 32] [--max-request-pixels N] [--limit-mm-per-prompt '{"image": 4}']
+                 [--mm-processor-kwargs '{"max_pixels": N}'] [--allowed-local-media-path DIR]
 
 Endpoints: POST /v1/completions, /v1/chat/completions (both with stream=true), /tokenize, /detokenize; GET
 /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus). See docs/howto/serving.md.
@@ -10,6 +11,7 @@ Endpoints: POST /v1/completions, /v1/chat/completions (both with stream=true), /
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import threading
@@ -91,9 +93,58 @@ def build_state(args: argparse.Namespace) -> ServingState:
         max_request_bytes=args.max_request_bytes,
         max_video_frames=args.max_video_frames,
         allowed_local_media_path=args.allowed_local_media_path,
+        max_request_pixels=args.max_request_pixels,
+        limit_mm_per_prompt=args.limit_mm_per_prompt,
     )
-    processor = load_processor(args.model)  # None for a text model
+    _keep_pillow_bound_above(args.max_request_pixels)
+    processor = load_processor(args.model, **args.mm_processor_kwargs)  # None for a text model
     return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
+
+
+def _keep_pillow_bound_above(max_request_pixels: int) -> None:
+    """Pillow refuses a picture over 2 · `Image.MAX_IMAGE_PIXELS` before the server can look at it; keep that above
+    the server's own budget, so that its refusal always means "over --max-request-pixels" (media_budget.py)."""
+    from PIL import Image
+
+    if Image.MAX_IMAGE_PIXELS is not None and max_request_pixels > Image.MAX_IMAGE_PIXELS:
+        Image.MAX_IMAGE_PIXELS = max_request_pixels
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a count of 1 or more")
+    return value
+
+
+def _mm_limits(text: str) -> dict[str, int]:
+    from hyflow.serving.media_budget import parse_limit_mm_per_prompt
+
+    try:
+        return parse_limit_mm_per_prompt(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _processor_kwargs(text: str) -> dict[str, int]:
+    """`--mm-processor-kwargs` (vLLM's flag) as far as hyflow reads it: the image processor's `min_pixels` /
+    `max_pixels` (pixels per picture after its resize; the trainer's `data.min_pixels` / `data.max_pixels`)."""
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as error:
+        example = "'{\"max_pixels\": 1003520}'"
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({error}); give e.g. {example}") from None
+    sizes = ("min_pixels", "max_pixels")
+    valid = isinstance(kwargs, dict) and all(
+        key in sizes and isinstance(value, int) and not isinstance(value, bool) and value > 0
+        for key, value in kwargs.items()
+    )
+    if not valid:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: hyflow serve reads {' and '.join(sizes)} only, each a pixel count above 0 (as the trainer's "
+            "data.min_pixels / data.max_pixels), e.g. '{\"max_pixels\": 1003520}'"
+        )
+    return kwargs
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -114,6 +165,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request is aborted")
     parser.add_argument("--max-request-bytes", type=int, default=4 * 2**20, help="largest request body accepted")
     parser.add_argument("--max-video-frames", type=int, default=32, help="most frames of one video part")
+    parser.add_argument(
+        "--max-request-pixels",
+        type=_count,
+        default=ServerLimits.max_request_pixels,
+        help="most pixels one request's images and video frames may decode to, together (checked before decoding)",
+    )
+    parser.add_argument(
+        "--limit-mm-per-prompt",
+        type=_mm_limits,
+        default={},
+        help='most image / video parts per request, as JSON: \'{"image": 4, "video": 1}\' (default: no count limit)',
+    )
+    parser.add_argument(
+        "--mm-processor-kwargs",
+        type=_processor_kwargs,
+        default={},
+        help='the image processor\'s pixels per picture, as JSON: \'{"min_pixels": 3136, "max_pixels": 1003520}\'',
+    )
     parser.add_argument(
         "--allowed-local-media-path", default=None, help="a directory whose files image and video parts may name"
     )

@@ -19,12 +19,17 @@ class ServerLimits:
     `max_request_bytes`: the largest request body accepted (HTTP 413 above); `max_video_frames`: the most frames
     one video part may have (HTTP 400 above; vLLM samples 32 frames of a video by default);
     `allowed_local_media_path`: the directory whose files image and video parts may name as `file://` URLs (None:
-    inline data only)."""
+    inline data only); `max_request_pixels`: the most pixels one request's images and video frames may decode to,
+    together (HTTP 400 above, from the files' headers, before decoding: media_budget.py; the default takes 32
+    full-HD frames or eight 4K images); `limit_mm_per_prompt`: the most parts of a modality ("image", "video") one
+    request may have (vLLM's `--limit-mm-per-prompt`; a modality not named has no count limit)."""
 
     request_timeout: float = 600.0
     max_request_bytes: int = 4 * 2**20
     max_video_frames: int = 32
     allowed_local_media_path: str | None = None
+    max_request_pixels: int = 2**26
+    limit_mm_per_prompt: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

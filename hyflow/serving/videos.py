@@ -1,11 +1,15 @@
 """Video parts of chat messages, vLLM's `{"type": "video_url", "video_url": {"url": "data:image/gif;base64,..."}}`,
 as the clips the processor takes (`hyflow.data.video.Video`: every frame, and the frame rate).
 
-    videos = message_videos(request.messages, request.mm_processor_kwargs, state.limits)
+    clips = [part for part in read_media(messages, limits, processor) if part.kind == "video"]   # checked, not decoded
+    rates = frame_rates(request.mm_processor_kwargs, len(clips))
+    videos = [decode_video(part, fps, limits.max_video_frames) for part, fps in zip(clips, rates)]
 
 As for image parts, the bytes come from an inline `data:` URL, `data:video/<format>;base64,` or
 `data:image/<format>;base64,` (a GIF's type is image/gif), or a `file://` URL under `--allowed-local-media-path`
-(media_urls.py); the server downloads nothing. A clip is decoded with Pillow, as the data path decodes a row's
+(media_urls.py); the server downloads nothing. Before any clip is decoded, the request's parts are counted and
+their headers read against the server's limits (media_budget.py: `--max-video-frames`, `--max-request-pixels`,
+`--limit-mm-per-prompt`). A clip is decoded with Pillow, as the data path decodes a row's
 video files (hyflow/data/video.py): GIF, animated WebP or animated PNG, no video library. No frame is sampled or
 dropped, so a clip of more frames than the server's `--max-video-frames` is refused, not cut.
 
@@ -20,38 +24,26 @@ from __future__ import annotations
 import math
 
 from hyflow.data.video import DEFAULT_FPS, Video, decode_clip
-from hyflow.serving.media_urls import part_bytes
+from hyflow.serving.media_budget import DECODABLE, MediaPart
 from hyflow.serving.requests import BadRequest
-from hyflow.serving.schema import ChatMessage, ProcessorKwargs
-from hyflow.serving.state import ServerLimits
-
-DECODABLE = "a GIF, an animated WebP or an animated PNG (convert other formats first, e.g. with ffmpeg)"
+from hyflow.serving.schema import ProcessorKwargs
 
 
-def decode_video_url(url: str, where: str, fps: float | None, limits: ServerLimits) -> Video:
-    """The clip of one video part: its RGB frames (at most `limits.max_video_frames`, all of one size) and its frame
-    rate (`fps`, else the file's frame duration, else 2); a BadRequest naming `where` when it is not one."""
-    data = part_bytes(url, where, "video", limits.allowed_local_media_path)
-    max_frames = limits.max_video_frames
+def decode_video(part: MediaPart, fps: float | None, max_frames: int) -> Video:
+    """The clip of one video part, read and checked (media_budget.read_media): its RGB frames (all of one size) and
+    its frame rate (`fps`, else the file's frame duration, else 2); a BadRequest naming the part when it is not one."""
     try:
-        frames, file_fps, num_frames = decode_clip(data, max_frames)
+        frames, file_fps, _ = decode_clip(part.data, max_frames)
     except Exception as error:  # Pillow raises several types for broken data (OSError, EOFError, SyntaxError, ...)
-        message = f"{where}: the video_url data is not a readable clip ({error}); send {DECODABLE}"
+        message = f"{part.where}: the video_url data is not a readable clip ({error}); send {DECODABLE}"
         raise BadRequest(message, "messages") from error
-    if num_frames > max_frames:
-        raise BadRequest(
-            f"{where}: the clip has {num_frames} frames, more than this server's limit of {max_frames}; sample it "
-            "down to fewer frames (and give their rate as mm_processor_kwargs.fps), or restart the server with a "
-            "larger --max-video-frames",
-            "messages",
-        )
     sizes = sorted({frame.size for frame in frames})
     if len(sizes) > 1:
-        raise BadRequest(f"{where}: the clip's frames have sizes {sizes}; give every frame one size", "messages")
+        raise BadRequest(f"{part.where}: the clip's frames have sizes {sizes}; give every frame one size", "messages")
     return Video(frames, fps or file_fps or DEFAULT_FPS)
 
 
-def _frame_rates(kwargs: ProcessorKwargs | None, num_videos: int) -> list[float | None]:
+def frame_rates(kwargs: ProcessorKwargs | None, num_videos: int) -> list[float | None]:
     """Each video part's `mm_processor_kwargs.fps` (None where the request gives none), checked."""
     fps = kwargs.fps if kwargs is not None else None
     if fps is None:
@@ -70,21 +62,3 @@ def _frame_rates(kwargs: ProcessorKwargs | None, num_videos: int) -> list[float 
             "mm_processor_kwargs",
         )
     return rates
-
-
-def video_parts(messages: list[ChatMessage]) -> list[tuple[str, str]]:
-    """(where, url) of the messages' video parts, in order."""
-    found = []
-    for index, message in enumerate(messages):
-        parts = message.content if isinstance(message.content, list) else []
-        for k, part in enumerate(parts):
-            if part.type == "video_url":
-                found.append((f"messages[{index}].content[{k}]", part.video_url.url))
-    return found
-
-
-def message_videos(messages: list[ChatMessage], kwargs: ProcessorKwargs | None, limits: ServerLimits) -> list[Video]:
-    """The clips of the messages' video parts, in order, with their frame rates."""
-    parts = video_parts(messages)
-    rates = _frame_rates(kwargs, len(parts)) if parts else []
-    return [decode_video_url(url, where, fps, limits) for (where, url), fps in zip(parts, rates)]

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hyflow import fields as F
+from hyflow.config.async_training import chunk_prompts_of
 from hyflow.protocol import DataProto
 from hyflow.trainer import stages
 from hyflow.trainer.agent_groups import AgentGroups
@@ -160,7 +161,7 @@ class FullyAsync:
         self.generate_batch, self.weights = generate_batch, weights
         self.seed = config.trainer.seed
         settings = config.async_training
-        self.chunk_prompts = settings.chunk_prompts
+        self.chunk_prompts = chunk_prompts_of(config)
         groups = config.data.train_batch_size
         self.buffer = RolloutBuffer(groups_per_batch=groups, max_staleness=settings.max_staleness)
         self.groups: AgentGroups | None = None

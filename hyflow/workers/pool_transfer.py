@@ -44,7 +44,7 @@ import torch.distributed as dist
 from hyflow.workers.ipc_transfer import CudaIpcSharing, SharedBufferTransport
 from hyflow.workers.weight_sync import SyncStats
 
-__all__ = ["IPC_OPT_IN", "WeightChannel", "channel_backend", "device_identity", "pack_bucket", "unpack_bucket"]
+__all__ = ["IPC_SWITCH", "WeightChannel", "channel_backend", "device_identity", "pack_bucket", "unpack_bucket"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,18 +68,19 @@ def device_identity() -> str:
     return f"cuda:{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
 
 
-IPC_OPT_IN = "HYFLOW_WEIGHT_CHANNEL_IPC"  # "1": members sharing the sender's GPU use CUDA IPC (see channel_backend)
+IPC_SWITCH = "HYFLOW_WEIGHT_CHANNEL_IPC"  # "0" in training rank 0's environment: no CUDA IPC (see channel_backend)
 
 
-def channel_backend(identities: list[str], allow_ipc: bool = False) -> str:
+def channel_backend(identities: list[str], allow_ipc: bool = True) -> str:
     """The transport for members with these `device_identity`s (member 0 the sender): "ipc" when `allow_ipc` and
     there are receivers and all of them share the sender's GPU; "nccl" when every member holds a GPU no other member
     holds (and torch has NCCL); "gloo" otherwise (a member without a GPU, members sharing a GPU without IPC, or some
     members sharing a GPU and others not).
 
-    CUDA IPC is opt-in (`HYFLOW_WEIGHT_CHANNEL_IPC=1` in training rank 0's environment) until it has run on a GPU:
-    its protocol is tested on CPU through shared host memory, its CUDA handles only by a GPU test
-    (`tests/workers/test_weight_channel_ipc.py`) that no lease has run yet."""
+    `HYFLOW_WEIGHT_CHANNEL_IPC=0` in training rank 0's environment turns CUDA IPC off (such members then use gloo),
+    e.g. to rule it out while debugging. Its protocol is tested on CPU through shared host memory
+    (`tests/workers/test_weight_channel_shared_buffers.py`), its CUDA handles on a GPU
+    (`tests/workers/test_weight_channel_ipc.py`)."""
     on_gpus = all(identity.startswith("cuda:") for identity in identities)
     if allow_ipc and on_gpus and len(identities) > 1 and len(set(identities)) == 1:
         return "ipc"
@@ -204,7 +205,7 @@ class WeightChannel:
         store.set(f"device/{rank}", device_identity())
         if rank == 0:  # the sender decides for every member, so they agree whatever their environments
             identities = [store.get(f"device/{r}").decode() for r in range(world_size)]
-            backend = channel_backend(identities, allow_ipc=os.environ.get(IPC_OPT_IN) == "1")
+            backend = channel_backend(identities, allow_ipc=os.environ.get(IPC_SWITCH, "1") != "0")
             store.set("backend", backend)
             logger.info("weight channel on %s: %d rollout worker(s)", _TRANSPORTS[backend], world_size - 1)
         else:

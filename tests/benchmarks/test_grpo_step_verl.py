@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
@@ -60,3 +61,29 @@ def test_the_scripts_that_pack_and_unpack_verls_site_are_valid_bash():
     for script in ("pack_verl.sh", "unpack_verl.sh"):
         result = subprocess.run(["bash", "-n", str(BENCHMARKS / "peers" / script)], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
+
+
+def logged_steps(count: int) -> list[dict[str, float]]:
+    return [{"timing_s/step": 10.0 + step, "timing_s/gen": 2.0} for step in range(count)]
+
+
+def test_a_run_stopped_by_its_timeout_keeps_the_steps_it_logged_and_says_so():
+    script = load_script()
+    args = argparse.Namespace(steps=4, verl_timeout=330)
+
+    result = script.verl_result(logged_steps(3), "none: stopped after --verl-timeout=330 s", args, [])
+
+    assert result["step_s"] == [10.0, 11.0, 12.0]
+    assert result["verl_stages_s"][2] == {"step": 12.0, "gen": 2.0}
+    assert result["stopped"].startswith("3 of 4 steps: stopped after --verl-timeout=330 s")
+
+
+def test_a_complete_run_has_no_note_and_too_few_steps_or_a_crash_raise_with_the_logs_tail():
+    script = load_script()
+    args = argparse.Namespace(steps=4, verl_timeout=330)
+
+    assert "stopped" not in script.verl_result(logged_steps(4), 0, args, [])
+    with pytest.raises(RuntimeError, match="after 1 of 4 steps; last lines of its log:\nout of memory"):
+        script.verl_result(logged_steps(1), "none: stopped", args, ["out of memory"])  # only the warm-up
+    with pytest.raises(RuntimeError, match="exited with code 1 after 4 of 4 steps"):
+        script.verl_result(logged_steps(4), 1, args, ["Traceback"])

@@ -4,6 +4,7 @@ naming the keys and the fix."""
 import pytest
 
 from hyflow.config import ConfigError, load_config
+from hyflow.config.async_training import chunk_prompts_of
 
 SPLIT = ["trainer.placement=split", "trainer.device=cpu"]
 
@@ -64,7 +65,37 @@ def test_features_that_generate_synchronously_are_refused_in_asynchronous_modes(
 def test_agent_loops_load_in_the_asynchronous_modes(mode):
     agent = ["actor_rollout_ref.rollout.multi_turn.enable=True", "data.return_raw_chat=True"]
     config = load_config([*SPLIT, f"async_training.mode={mode}", *agent])
-    assert config.async_training.chunk_prompts == 1 and config.actor_rollout_ref.rollout.multi_turn.enable
+    assert chunk_prompts_of(config) == 1 and config.actor_rollout_ref.rollout.multi_turn.enable
+
+
+@pytest.mark.parametrize(
+    ("batch", "n", "rollout_gpus", "expected"),
+    [
+        (64, 8, 1, 32),  # 32 x 8 = 256 rows: the smallest divisor of 64 that fills the engine
+        (64, 16, 1, 16),
+        (64, 8, 2, 64),  # 512 rows for two engines: the whole batch
+        (48, 8, 1, 48),  # no divisor of 48 below it reaches 256 rows but 48 itself (384)
+        (512, 16, 2, 32),  # 32 x 16 = 512 = 256 rows on each of two engines
+        (8, 2, 1, 8),  # a tiny batch: one chunk a batch
+    ],
+)
+def test_the_auto_chunk_is_the_fewest_prompts_that_give_every_rollout_engine_256_rows(batch, n, rollout_gpus, expected):
+    config = load_config(
+        [
+            *SPLIT,
+            "async_training.mode=fully_async",
+            f"data.train_batch_size={batch}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
+            f"actor_rollout_ref.rollout.n={n}",
+            f"trainer.rollout_n_gpus_per_node={rollout_gpus}",
+        ]
+    )
+    assert config.async_training.chunk_prompts == 0 and chunk_prompts_of(config) == expected
+
+
+def test_a_chunk_size_set_by_hand_is_kept():
+    overrides = [*SPLIT, "async_training.mode=fully_async", "async_training.chunk_prompts=4", "data.train_batch_size=8"]
+    assert chunk_prompts_of(load_config([*overrides, "actor_rollout_ref.actor.ppo_mini_batch_size=8"])) == 4
 
 
 @pytest.mark.parametrize(

@@ -181,6 +181,7 @@ def test_a_clip_of_more_frames_than_the_servers_limit_is_a_400_naming_the_flag(s
         ({"fps": [1.0, 2.0]}, r"mm_processor_kwargs.fps has 2 values for 1 video part"),
         ({"fps": 0}, r"fps=0.*above 0"),
         ({"num_frames": 8}, r"mm_processor_kwargs.num_frames: Extra inputs are not permitted"),
+        ({"max_pixels": 3136}, r"max_pixels=3136.*per server.*--mm-processor-kwargs '\{\"max_pixels\": 3136\}'"),
     ],
 )
 def test_processor_kwargs_hyflow_cannot_follow_are_a_400(served, kwargs, message):

@@ -97,7 +97,8 @@ def test_one_step_off_policy_trains_batch_k_plus_1_with_the_weights_of_step_k_mi
 
 @pytest.mark.slow
 def test_the_staleness_bound_holds_under_a_deliberately_slow_trainer(ray_started_here, assets, tmp_path):
-    overrides = ["async_training.mode=fully_async", "async_training.max_staleness=1", "trainer.total_training_steps=4"]
+    overrides = ["async_training.mode=fully_async", "async_training.max_staleness=1", "async_training.chunk_prompts=1"]
+    overrides.append("trainer.total_training_steps=4")
     steps = run(assets, tmp_path, *SPLIT, *overrides, slow_train_s=1.0)
 
     assert all(step["async/staleness_max"] <= 1 for step in steps)
@@ -112,6 +113,7 @@ def test_a_resumed_fully_async_run_continues_from_the_loader_position_of_its_las
     ray_started_here, assets, tmp_path
 ):
     overrides = [*SPLIT, "async_training.mode=fully_async", "async_training.max_staleness=2", "trainer.save_freq=2"]
+    overrides.append("async_training.chunk_prompts=1")  # a prompt group a request: the producer runs ahead by groups
     run(assets, tmp_path, *overrides, "trainer.total_training_steps=2")
     state = torch.load(tmp_path / "ckpt" / "global_step_2" / TRAINER_STATE_FILE, weights_only=True)
 

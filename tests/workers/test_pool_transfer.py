@@ -69,9 +69,9 @@ def test_the_channel_falls_back_to_gloo_unless_the_gpus_are_all_shared_or_all_di
 
 
 @pytest.mark.parametrize("identities", [["cuda:GPU-a", "cuda:GPU-a"], ["cuda:GPU-a"] * 4])
-def test_members_all_on_the_senders_gpu_use_cuda_ipc_once_it_is_opted_in_and_gloo_before(identities):
-    assert channel_backend(identities, allow_ipc=True) == "ipc"  # where NCCL refuses two ranks on one device
-    assert channel_backend(identities) == "gloo"
+def test_members_all_on_the_senders_gpu_use_cuda_ipc_unless_it_is_turned_off(identities):
+    assert channel_backend(identities) == "ipc"  # where NCCL refuses two ranks on one device
+    assert channel_backend(identities, allow_ipc=False) == "gloo"
 
 
 def test_members_on_distinct_gpus_use_nccl_where_torch_has_it(monkeypatch):

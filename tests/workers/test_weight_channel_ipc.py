@@ -7,14 +7,12 @@ test_weight_channel_shared_buffers.py.
     python -m pytest -q tests/workers/test_weight_channel_ipc.py
 """
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
 
 from hyflow.controller.worker import free_port
-from hyflow.workers.pool_transfer import IPC_OPT_IN, WeightChannel, pack_bucket, unpack_bucket
+from hyflow.workers.pool_transfer import WeightChannel, pack_bucket, unpack_bucket
 
 from .distributed import run_ranks
 
@@ -41,7 +39,6 @@ BUCKET_SIZES = [1, 100_000, 1 << 30]  # a tensor per bucket, the big one alone, 
 
 def transfer(rank: int, port: int):
     """Every process on GPU 0 (run_ranks sets no device): rank 0 sends, ranks 1 and 2 receive."""
-    os.environ[IPC_OPT_IN] = "1"  # opt-in until a GPU run has proven it
     channel = WeightChannel.join("127.0.0.1", port, rank, world_size=3, timeout_s=120.0)
     if rank == 0:
         sent = [channel.send(iter(gpu_weights()), bucket_bytes) for bucket_bytes in BUCKET_SIZES]
@@ -70,7 +67,6 @@ def test_processes_on_one_gpu_choose_cuda_ipc_and_receive_the_weights_bit_for_bi
 
 def copy_then_overwrite(rank: int, port: int):
     """The sender overwrites its buffer once every receiver acknowledged; the receivers look at theirs after."""
-    os.environ[IPC_OPT_IN] = "1"  # opt-in until a GPU run has proven it
     channel = WeightChannel.join("127.0.0.1", port, rank, world_size=3, timeout_s=120.0)
     if rank == 0:
         header, flat = pack_bucket(gpu_weights(), channel.device)
