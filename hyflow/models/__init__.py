@@ -1,7 +1,8 @@
 """hyflow.models: the models the training engine trains, loaded from local Hugging Face folders.
 
-- `loader.py`: `load_causal_lm`, `load_value_model`, `load_tokenizer` (local folders only; clear errors otherwise;
-  `empty_weights=True`: parameters on meta, for `hyflow.workers.lean_load`)
+- `loader.py`: `load_causal_lm`, `load_value_model`, `load_sequence_classifier` (the reward model),
+  `load_tokenizer` (local folders only; clear errors otherwise; `empty_weights=True`: parameters on meta, for
+  `hyflow.workers.lean_load`)
 - `policy.py`: `PolicyModel`, a causal LM whose forward returns response log-probs via a chunked LM head
 - `value_head.py`: `ValueModel`, backbone + scalar value head (the critic)
 - `lora.py`: `apply_lora` (peft) and `merged_hf_weights` (adapters folded into plain weights)

@@ -3,6 +3,7 @@
     tokenizer = load_tokenizer(model_path, require_chat_template=True)
     policy = load_causal_lm(model_path, dtype=torch.float32, override_config={"attention_dropout": 0.0})
     critic = load_value_model(critic_path)                       # backbone + scalar value head
+    reward_model = load_sequence_classifier(rm_path)              # backbone + its trained `score` head
     skeleton = load_causal_lm(model_path, empty_weights=True)     # parameters on `meta`, buffers real
 
 `empty_weights=True` builds the same module from the folder's config with every parameter on the `meta` device
@@ -25,7 +26,13 @@ from typing import Any
 import torch
 import transformers
 from torch import nn
-from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+)
 
 from hyflow.models.folders import check_local_model_folder
 from hyflow.models.multimodal import auto_model_class, value_backbone
@@ -96,11 +103,10 @@ def parameters_on_meta() -> Iterator[None]:
 
 
 def _build(
-    path: str, config: transformers.PretrainedConfig, empty_weights: bool, **kwargs: Any
+    path: str, config: transformers.PretrainedConfig, empty_weights: bool, model_class: type, **kwargs: Any
 ) -> transformers.PreTrainedModel:
-    """`from_pretrained(path)`, or with `empty_weights` the same module from `config` with its parameters on meta,
-    in eval mode and with the folder's generation config, as `from_pretrained` leaves it."""
-    model_class = auto_model_class(config)
+    """`model_class.from_pretrained(path)`, or with `empty_weights` the same module from `config` with its
+    parameters on meta, in eval mode and with the folder's generation config, as `from_pretrained` leaves it."""
     if not empty_weights:
         return model_class.from_pretrained(path, config=config, **kwargs)
     with parameters_on_meta():
@@ -127,7 +133,35 @@ def load_causal_lm(
     kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    return _build(path, config, empty_weights, **kwargs)
+    return _build(path, config, empty_weights, auto_model_class(config), **kwargs)
+
+
+def load_sequence_classifier(
+    path: str | os.PathLike,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    key: str = "reward_model.model.path",
+    empty_weights: bool = False,
+) -> transformers.PreTrainedModel:
+    """A reward model: `AutoModelForSequenceClassification.from_pretrained` on a checked local folder, in `dtype`
+    (the backbone under `model.`, the `score` head of num_labels × hidden). A weight the folder lacks (the head of
+    a causal LM's folder) is an error: `from_pretrained` would start it at random. `empty_weights`: every
+    parameter on meta, the head's too (see the module docstring)."""
+    path = check_local_model_folder(path, key)
+    config = load_model_config(path, trust_remote_code=trust_remote_code)
+    kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "trust_remote_code": trust_remote_code}
+    if empty_weights:
+        return _build(path, config, True, AutoModelForSequenceClassification, **kwargs)
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        path, config=config, output_loading_info=True, **kwargs
+    )
+    if info["missing_keys"]:
+        raise ValueError(
+            f"{key}={path!r} has no weights for {sorted(info['missing_keys'])[:3]}, so they would start at random "
+            "and the scores would mean nothing; point it at a trained sequence-classification checkpoint (a causal "
+            "LM's folder has no score head)."
+        )
+    return model
 
 
 def load_value_model(

@@ -1,4 +1,5 @@
-"""Memory-lean loading of a training role's weights into its FSDP2 shards: each rank reads only its own rows.
+"""Memory-lean loading of a role's weights into its FSDP2 shards (actor, ref, critic, reward model): each rank
+reads only its own rows.
 
     module, stats = build_sharded(make, path, fsdp_config, mesh)  # make(empty_weights) -> (module, hf_model)
     stats.mode, stats.bytes_read                                  # "sliced", what this rank read from the folder
@@ -15,16 +16,16 @@ on one node (8 × ~65 GB for a 32B model in bf16 on 8 GPUs). With several ranks,
    parameter);
 3. fills them, by one of two ways chosen by `slice_plan` (the same choice on every rank: it reads only headers):
    - **sliced**: every meta parameter (and persistent buffer) has a tensor of the same name (after the renames
-     transformers applies on load, `checkpoint_renamer`) and shape in the folder's `*.safetensors`: each rank
-     reads its rows ⌈N/W⌉·rank .. of each tensor through `safe_open(...).get_slice`
-     (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them into its local shard (cast
-     to the module's dtype as `from_pretrained` casts). Host memory: this rank's shards (where they live: CPU
-     ranks and offload) plus one tensor's rows in flight.
+     transformers applies on load, `checkpoint_renamer`: a VLM's older layout, a base-model prefix) and shape in
+     the folder's `*.safetensors`: each rank reads its rows ⌈N/W⌉·rank .. of each tensor through
+     `safe_open(...).get_slice` (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them
+     into its local shard (cast to the module's dtype as `from_pretrained` casts). Host memory: this rank's shards
+     (where they live: CPU ranks and offload) plus one tensor's rows in flight.
    - **broadcast from rank 0**, where a name does not match: a folder without safetensors, a checkpoint
-     transformers converts while loading (fused tensors). Rank 0 builds the module as one process
-     does (`make(False)`: `from_pretrained`, from the random state the skeleton started from, so its random draws
-     are a full load's), and `set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)` sends every
-     rank its shards. Only rank 0 holds the whole model.
+     transformers converts while loading (fused MoE experts, a quantised checkpoint). Rank 0 builds the module as
+     one process does (`make(False)`: `from_pretrained`, from the random state the skeleton started from, so its
+     random draws are a full load's), and `set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)`
+     sends every rank its shards. Only rank 0 holds the whole model.
 
 One rank, or no process group, builds as before (`make(False)`, then `apply_fsdp2`): there is nothing to split.
 """
@@ -69,11 +70,18 @@ class LoadStats:
 @dataclasses.dataclass
 class SlicePlan:
     """Module tensor name -> checkpoint key for every meta parameter and persistent buffer; `missing` names
-    those without a tensor of the same name and shape (then the load is a broadcast from rank 0)."""
+    those without a tensor of the same name and shape; `quantization` the `quant_method` of a quantised checkpoint
+    (its `config.json` has a `quantization_config`: `from_pretrained` quantises or dequantises while loading, which
+    a plain cast does not reproduce). Unless `sliced`, the load is a broadcast from rank 0."""
 
     keys: dict[str, str]
     missing: list[str]
     has_safetensors: bool
+    quantization: str | None = None
+
+    @property
+    def sliced(self) -> bool:
+        return self.has_safetensors and not self.missing and self.quantization is None
 
 
 def checkpoint_shapes(path: str) -> dict[str, tuple[int, ...]]:
@@ -91,7 +99,10 @@ def checkpoint_shapes(path: str) -> dict[str, tuple[int, ...]]:
 def checkpoint_prefixes(module: nn.Module, hf_model: nn.Module) -> dict[str, str]:
     """Module-name prefix -> checkpoint-name prefix: a child holding `hf_model` reads `lm.` -> `` (PolicyModel's
     `lm`, or `lm.base_model.model.` under peft), a child inside it reads `name.` -> its path in `hf_model` (the
-    critic's `backbone.` -> `model.`); other children (the value head) have no checkpoint name."""
+    critic's `backbone.` -> `model.`); other children (the value head) have no checkpoint name. A module that is
+    the transformers model itself (the reward model's sequence classifier) reads every name as it is."""
+    if module is hf_model:
+        return {"": ""}
     inside = {id(sub): path for path, sub in hf_model.named_modules()}
     prefixes = {}
     for name, child in module.named_children():
@@ -113,17 +124,45 @@ def _checkpoint_name(name: str, prefixes: dict[str, str]) -> str | None:
 
 
 def checkpoint_renamer(hf_model: nn.Module) -> Callable[[str], str]:
-    """The renames transformers (5) applies to a checkpoint's names while loading into `hf_model` (a VLM saved in
-    the older `visual.` / `model.` layout), so such a checkpoint still loads sliced. Conversions that change values
-    or shapes (fused MoE experts) are not renames: their tensors stay unmatched and the load broadcasts. transformers
-    4: no renames (such checkpoints broadcast)."""
+    """The renames transformers applies to a checkpoint's names while loading into `hf_model`, so such a checkpoint
+    still loads sliced: (transformers 5) its conversion mapping's renames (a VLM saved in the older `visual.` /
+    `model.` layout), then the base-model prefix (`base_model_prefix`: a checkpoint of the bare backbone, `layers.0.`,
+    loading into a model with a head, `model.layers.0.`, and the reverse). Conversions that change values or shapes
+    (fused MoE experts) are not renames: their tensors stay unmatched and the load broadcasts."""
+    renamings = _conversion_renamings(hf_model)
+    prefix = getattr(hf_model, "base_model_prefix", "")
+    names = {name.replace(".base_layer.", ".") for name in hf_model.state_dict(keep_vars=True)}  # peft's base_layer
+
+    def rename(key: str) -> str:
+        if renamings:
+            from transformers.core_model_loading import apply_renamings
+
+            key = apply_renamings(key, renamings)
+        return with_base_model_prefix(key, prefix, names)
+
+    return rename
+
+
+def _conversion_renamings(hf_model: nn.Module) -> list:
+    """The `WeightRenaming`s of transformers' conversion mapping for `hf_model` (none before transformers 5)."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightRenaming, apply_renamings
+        from transformers.core_model_loading import WeightRenaming
     except ImportError:
-        return lambda key: key
-    renamings = [t for t in get_model_conversion_mapping(hf_model) if isinstance(t, WeightRenaming)]
-    return lambda key: apply_renamings(key, renamings)
+        return []
+    return [t for t in get_model_conversion_mapping(hf_model) if isinstance(t, WeightRenaming)]
+
+
+def with_base_model_prefix(key: str, prefix: str, names: set[str]) -> str:
+    """`key` with the base-model `prefix` added or stripped where only that makes it one of the model's `names`, as
+    `from_pretrained` matches a backbone's checkpoint with a model that has a head (and the reverse)."""
+    if key in names or not prefix:
+        return key
+    if f"{prefix}.{key}" in names:
+        return f"{prefix}.{key}"
+    if key.startswith(f"{prefix}.") and key[len(prefix) + 1 :] in names:
+        return key[len(prefix) + 1 :]
+    return key
 
 
 def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
@@ -131,7 +170,11 @@ def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
     checkpoint tensor of the same name (after transformers' renames) and shape."""
     shapes = checkpoint_shapes(path)
     rename = checkpoint_renamer(hf_model)
-    stored = {rename(key): key for key in shapes}  # the module's name -> the checkpoint's
+    stored: dict[str, str] = {}  # the module's name -> the checkpoint's: a tensor of that very name first
+    for key in shapes:
+        name = rename(key)
+        if stored.get(name) != name:
+            stored[name] = key
     prefixes = checkpoint_prefixes(module, hf_model)
     aliases: dict[int, list[str]] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
@@ -147,7 +190,16 @@ def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
             keys[name] = found[0]
         else:
             missing.append(name)
-    return SlicePlan(keys, missing, has_safetensors=bool(shapes))
+    return SlicePlan(keys, missing, has_safetensors=bool(shapes), quantization=quant_method(hf_model.config))
+
+
+def quant_method(config: Any) -> str | None:
+    """The `quant_method` of a model config's `quantization_config` (a dict or transformers' object), or None."""
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is None:
+        return None
+    method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization.quant_method
+    return str(method or "unknown")
 
 
 def materialize_meta_parameters(module: nn.Module, device: torch.device) -> int:
@@ -212,7 +264,37 @@ def fill_from_safetensors(module: nn.Module, path: str, keys: dict[str, str], st
 def _broadcast_reason(plan: SlicePlan) -> str:
     if not plan.has_safetensors:
         return "no *.safetensors in the folder"
+    if plan.quantization is not None:
+        return f"a quantised checkpoint (quant_method={plan.quantization}): from_pretrained converts its tensors"
     return f"{len(plan.missing)} tensors have no checkpoint tensor of their name and shape, e.g. {plan.missing[0]}"
+
+
+def full_state_on_rank0(make: Make, skeleton: nn.Module, rng: torch.Tensor, path: str) -> dict[str, torch.Tensor]:
+    """Rank 0: the state dict of the full load (`make(False)`, from the random state `rng`); the other ranks: {}.
+    A failure on rank 0, or a model whose tensor names are not the skeleton's (remote code or a quantiser that
+    changes the modules while loading), is raised on every rank, so none waits in the broadcast for rank 0."""
+    state: dict[str, torch.Tensor] = {}
+    error: Exception | None = None
+    if dist.get_rank() == 0:
+        try:
+            torch.random.set_rng_state(rng)  # rank 0 draws what a full load draws (LoRA's initialisation)
+            state = make(False)[0].state_dict()
+            extra, absent = set(state) - set(skeleton.state_dict()), set(skeleton.state_dict()) - set(state)
+            if extra or absent:
+                raise ValueError(
+                    f"{path}: from_pretrained builds other tensors than the folder's config.json does (only in the "
+                    f"loaded model: {sorted(extra)[:3]}, only in the config's: {sorted(absent)[:3]}); for a quantised "
+                    "checkpoint, point the path at its unquantised (bf16) weights."
+                )
+        except Exception as exc:  # raised below, once the other ranks know
+            error = exc
+    message = [None if error is None else f"{type(error).__name__}: {error}"]
+    dist.broadcast_object_list(message, src=0)
+    if error is not None:
+        raise error
+    if message[0] is not None:
+        raise RuntimeError(f"lean load: rank 0 could not load {path}, so no rank can: {message[0]}")
+    return state
 
 
 def build_sharded(make: Make, path: str, fsdp_config: Any, mesh: DeviceMesh | None, key: str = "fsdp_config"):
@@ -230,7 +312,7 @@ def build_sharded(make: Make, path: str, fsdp_config: Any, mesh: DeviceMesh | No
     plan = slice_plan(module, hf_model, path)
     offload = fsdp_config.param_offload or fsdp_config.offload_policy
     device = torch.device("cpu") if offload else training_device()  # where FSDP2 keeps the shards
-    if not plan.missing:
+    if plan.sliced:
         stats = LoadStats("sliced")
         shard(module)
         materialize_meta_parameters(module, device)
@@ -238,10 +320,7 @@ def build_sharded(make: Make, path: str, fsdp_config: Any, mesh: DeviceMesh | No
     else:
         reason = _broadcast_reason(plan)
         stats = LoadStats("broadcast", reason=reason)
-        state = {}
-        if dist.get_rank() == 0:
-            torch.random.set_rng_state(rng)  # rank 0 draws what a full load draws (LoRA's initialisation)
-            state = make(False)[0].state_dict()
+        state = full_state_on_rank0(make, module, rng, path)
         shard(module)
         materialize_meta_parameters(module, device)
         set_model_state_dict(

@@ -12,6 +12,11 @@ conversation is rendered with the reward model's own chat template. Inputs longe
 keep their last tokens (the end of the response is what gets scored). Rows are scored in micro-batches of
 `micro_batch_size_per_gpu` (all at once when unset); the score lands on the last valid response token.
 
+Over several ranks the model loads lean (`hyflow/workers/lean_load.py`, as the actor, ref and critic do): each
+rank builds it on `meta`, FSDP2 shards it (the `score` head with the root), and the rank reads only its rows of
+each tensor from the folder's safetensors (`scorer.load_stats` says how it loaded and what it read). One rank
+loads with `from_pretrained`.
+
 Shapes: B rows; R response length; L the reward model's (left-padded) input length.
 """
 
@@ -20,19 +25,37 @@ from __future__ import annotations
 import logging
 
 import torch
-from transformers import AutoModelForSequenceClassification
+from torch import nn
 
 from hyflow import fields as F
 from hyflow.config.reward import RewardModelConfig
 from hyflow.controller import Dispatch, Worker, register
 from hyflow.data.dataset import left_pad
-from hyflow.models.loader import DTYPE_KWARG, check_local_model_folder, load_tokenizer
+from hyflow.models.loader import check_local_model_folder, load_model_config, load_sequence_classifier, load_tokenizer
 from hyflow.protocol import DataProto
-from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, to_dtype, training_device
+from hyflow.workers.builders import import_external_lib
+from hyflow.workers.fsdp import build_device_mesh, reshard, to_dtype, training_device
+from hyflow.workers.lean_load import Make, build_sharded
 
 logger = logging.getLogger(__name__)
 
 _KEY = "reward_model.model.path"
+
+
+def reward_model_maker(config: RewardModelConfig, path: str, pad_token_id: int) -> Make:
+    """`make(empty_weights) -> (the sequence classifier, itself)` for `lean_load.build_sharded`: the reward model
+    in `fsdp_config.model_dtype`, in eval mode, pooling the last token that is not `pad_token_id` (the reward
+    model's tokenizer's pad)."""
+    dtype = to_dtype(config.model.fsdp_config.model_dtype, "reward_model.model.fsdp_config.model_dtype")
+
+    def make(empty_weights: bool) -> tuple[nn.Module, nn.Module]:
+        model = load_sequence_classifier(
+            path, dtype, config.model.trust_remote_code, key=_KEY, empty_weights=empty_weights
+        )
+        model.config.pad_token_id = pad_token_id  # the classifier pools the last non-pad token
+        return model.eval(), model
+
+    return make
 
 
 class RewardModelScorer:
@@ -49,19 +72,18 @@ class RewardModelScorer:
         self.tokenizer = load_tokenizer(path, require_chat_template=True, key=_KEY)
         input_path = config.model.input_tokenizer or path
         self.input_tokenizer = load_tokenizer(input_path, key="reward_model.model.input_tokenizer")
-        dtype = to_dtype(config.model.fsdp_config.model_dtype, "reward_model.model.fsdp_config.model_dtype")
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, trust_remote_code=config.model.trust_remote_code, **{DTYPE_KWARG: dtype}
-        )
-        if model.config.num_labels != 1:
+        import_external_lib(config.model)
+        hf_config = load_model_config(path, trust_remote_code=config.model.trust_remote_code)
+        if hf_config.num_labels != 1:
             raise ValueError(
-                f"{_KEY}={path!r} has num_labels={model.config.num_labels}; a reward model outputs one score "
-                "(num_labels=1)."
+                f"{_KEY}={path!r} has num_labels={hf_config.num_labels} (architectures={hf_config.architectures}); "
+                "a reward model is a sequence classifier with one score (num_labels=1)."
             )
-        model.config.pad_token_id = self.tokenizer.pad_token_id  # the classifier pools the last non-pad token
-        model.eval()
         self.device = training_device()
-        self.model = apply_fsdp2(model, config.model.fsdp_config, build_device_mesh(), "reward_model.model.fsdp_config")
+        make = reward_model_maker(config, path, self.tokenizer.pad_token_id)
+        self.model, self.load_stats = build_sharded(
+            make, path, config.model.fsdp_config, build_device_mesh(), "reward_model.model.fsdp_config"
+        )
 
     def conversation_ids(self, data: DataProto, response_lengths: list[int]) -> list[list[int]]:
         """Each row's chat plus its decoded response, templated and tokenized for the reward model."""
@@ -93,6 +115,7 @@ class RewardModelScorer:
             input_ids, attention_mask, position_ids = (torch.stack(t).to(self.device) for t in zip(*padded))
             output = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
             scores.append(output.logits[:, 0].float().cpu())
+        reshard(self.model)  # FSDP2 keeps the root's gathered weights (embeddings, score) after a forward: free them
         return torch.cat(scores)
 
     def compute_rm_score(self, data: DataProto) -> DataProto:

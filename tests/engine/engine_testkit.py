@@ -20,6 +20,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from hyflow.models.tiny import peak_weights
+
 # Triton kernel tests run on CUDA, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1 with triton
 # installed); CI's CPU machine has no Triton, so they skip there.
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -59,13 +61,7 @@ def make_tiny_hf_model(family: str = "qwen2", seed: int = 0, **overrides) -> tor
     config = config_cls(**kwargs)
     config.architectures = [model_cls.__name__]
     torch.manual_seed(seed)
-    model = model_cls(config).eval()
-    # Larger-than-default init so the tiny models have peaked, distinguishable next-token distributions.
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.2)
-    return model
+    return peak_weights(model_cls(config).eval(), seed)
 
 
 def hf_greedy(model: torch.nn.Module, prompt: list[int], max_new_tokens: int) -> list[int]:

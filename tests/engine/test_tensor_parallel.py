@@ -21,7 +21,7 @@ from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.engine import LLMEngine
 from hyflow.engine.models import build_model
 from hyflow.engine.parallel import EnginePlacement, ShardLayout, TensorParallel
-from hyflow.models.tiny import build_tiny_model
+from hyflow.models.tiny import build_tiny_model, peak_weights
 from hyflow.protocol import DataProto
 from hyflow.rollout.worker_rollout import EngineRollout
 
@@ -234,13 +234,7 @@ def peaked_tiny_model_path(tmp_path_factory) -> str:
     from transformers import AutoModelForCausalLM
 
     path = build_tiny_model(tmp_path_factory.mktemp("tp_tiny") / "qwen2", arch="qwen2", hidden_size=32)
-    model = AutoModelForCausalLM.from_pretrained(path)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.2)
-    model.save_pretrained(path)
+    peak_weights(AutoModelForCausalLM.from_pretrained(path)).save_pretrained(path)
     return path
 
 

@@ -11,18 +11,14 @@ from transformers import AutoModelForImageTextToText
 from hyflow.engine.config import EngineConfig
 from hyflow.engine.engine import LLMEngine
 from hyflow.models.processor import load_processor
+from hyflow.models.tiny import peak_weights
 from hyflow.models.tiny_vlm import build_tiny_vlm
 
 
 def make_tiny_vlm(folder, arch: str = "qwen2_vl", seed: int = 0) -> tuple[torch.nn.Module, object, str]:
     """(fp32 eval transformers model with peaked random weights, processor, folder) of a tiny VLM."""
     path = build_tiny_vlm(folder, arch=arch, seed=seed)
-    model = AutoModelForImageTextToText.from_pretrained(path).eval()
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.2)
+    model = peak_weights(AutoModelForImageTextToText.from_pretrained(path).eval(), seed)
     return model, load_processor(path), path
 
 

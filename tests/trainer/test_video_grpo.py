@@ -6,12 +6,12 @@ import io
 import math
 
 import pytest
-import torch
 from PIL import Image
 from transformers import AutoModelForImageTextToText
 
 from hyflow.config import load_config
 from hyflow.data.prepare import write_parquet
+from hyflow.models.tiny import peak_weights
 from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.trainer.ppo_trainer import PPOTrainer
 
@@ -46,13 +46,7 @@ def video_rows(num_rows: int) -> list[dict]:
 def peaked_tiny_qwen25_vl(folder) -> str:
     """The tiny Qwen2.5-VL with larger random weights, so its next-token distributions depend on the positions."""
     path = build_tiny_vlm(folder, arch="qwen2_5_vl")
-    model = AutoModelForImageTextToText.from_pretrained(path)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.2)
-    model.save_pretrained(path)
+    peak_weights(AutoModelForImageTextToText.from_pretrained(path)).save_pretrained(path)
     return path
 
 

@@ -2,15 +2,18 @@
 reads only its rows of the checkpoint, and ends with exactly the shards, buffers, ties and first training step of
 the full load (`from_pretrained` on every rank, then FSDP2) — for the actor, the ref (bf16, offloaded), the critic
 with a saved value head, a new LoRA actor, one from a saved adapter, a VLM (its checkpoint in the layout transformers
-renames on load) and a folder without safetensors (broadcast from rank 0)."""
+renames on load), a checkpoint of the bare backbone (names without the `model.` prefix that transformers adds on
+load) and a folder without safetensors (broadcast from rank 0)."""
 
 import copy
+import json
 import os
 import shutil
 
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor
 
 from hyflow import fields as F
@@ -24,7 +27,7 @@ from hyflow.workers import builders
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.critic import DataParallelPPOCritic
 from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh
-from hyflow.workers.lean_load import build_sharded
+from hyflow.workers.lean_load import _broadcast_reason, build_sharded, slice_plan, with_base_model_prefix
 from hyflow.workers.optim import build_optimizer
 
 from .conftest import make_ppo_batch
@@ -114,6 +117,12 @@ def every_role(rank: int, paths: dict[str, str], data, image_data):
             paths["vlm"],
             image_data,
         ),
+        "backbone": lean_and_full(
+            builders.policy_maker(ModelConfig(path=paths["backbone"]), fsdp, paths["backbone"], True),
+            fsdp,
+            paths["backbone"],
+            data,
+        ),
         "bin": lean_and_full(builders.policy_maker(actor, fsdp, paths["bin"], True), fsdp, paths["bin"], data),
     }
 
@@ -126,6 +135,13 @@ def saved_adapter(model_path: str, folder: str) -> str:
         if "lora_B" in name:
             torch.nn.init.normal_(param, std=0.1)
     lm.save_pretrained(folder)
+    return folder
+
+
+def backbone_checkpoint(model_path: str, folder: str) -> str:
+    """The tiny model saved from its bare backbone (`Qwen2Model`, as `AutoModel` saves it): tensor names without
+    the `model.` prefix, which `from_pretrained` adds for the causal LM (its LM head is tied: nothing is missing)."""
+    load_causal_lm(model_path).model.save_pretrained(folder)
     return folder
 
 
@@ -152,6 +168,7 @@ def results(tiny_model_path, vlm_path, image_batch, tmp_path_factory):
         "model": tiny_model_path,
         "vlm": vlm_path,
         "critic": critic,
+        "backbone": backbone_checkpoint(tiny_model_path, str(folder / "backbone")),
         "bin": folder_without_safetensors(tiny_model_path, str(folder / "bin")),
     }
     image_data = copy.deepcopy(image_batch)  # the rollout's log-probs stand in for the old and ref ones
@@ -173,7 +190,7 @@ def assert_same(lean, full):
     assert lean["tied"] == full["tied"]
 
 
-ROLES = ["actor", "ref", "critic", "lora", "adapter", "vlm", "bin"]
+ROLES = ["actor", "ref", "critic", "lora", "adapter", "vlm", "backbone", "bin"]
 
 
 @pytest.mark.multiproc
@@ -202,9 +219,9 @@ def test_the_first_training_step_or_ref_log_probs_after_lean_loading_equal_the_f
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(900)
-def test_safetensors_checkpoints_are_sliced_even_in_transformers_older_vlm_layout_and_bin_folders_broadcast(results):
+def test_safetensors_checkpoints_are_sliced_even_in_layouts_transformers_renames_and_bin_folders_broadcast(results):
     for rank_results in results:
-        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 6 + ["broadcast"]
+        assert [rank_results[role][0]["stats"].mode for role in ROLES] == ["sliced"] * 7 + ["broadcast"]
     assert "no *.safetensors" in results[0]["bin"][0]["stats"].reason
     assert results[0]["bin"][0]["stats"].bytes_read == 0
 
@@ -222,3 +239,60 @@ def test_each_rank_reads_about_half_of_the_checkpoint_plus_at_most_one_tensor(re
         assert stats.bytes_read <= total / 2 + largest
         assert stats.largest_read <= largest / 2 + largest / 16  # a shard: half the rows (plus rounding)
         assert stats.tensors_read == len(sizes)
+
+
+def test_the_base_model_prefix_is_added_or_stripped_only_where_that_names_a_tensor_of_the_model():
+    names = {"model.layers.0.mlp.up_proj.weight", "score.weight"}
+    assert with_base_model_prefix("layers.0.mlp.up_proj.weight", "model", names) == "model.layers.0.mlp.up_proj.weight"
+    assert with_base_model_prefix("score.weight", "model", names) == "score.weight"  # already a name: kept
+    assert with_base_model_prefix("model.norm.weight", "model", {"norm.weight"}) == "norm.weight"  # the reverse
+    assert with_base_model_prefix("lm_head.weight", "model", names) == "lm_head.weight"  # no name either way
+
+
+def skeleton_and_plan(path: str):
+    module, hf_model = builders.policy_maker(ModelConfig(path=path), FSDPConfig(), path, True)(True)
+    return slice_plan(module, hf_model, path)
+
+
+def test_a_quantised_checkpoint_is_not_sliced_since_a_plain_cast_would_not_dequantise_it(tiny_model_path, tmp_path):
+    folder = shutil.copytree(tiny_model_path, tmp_path / "fp8")
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    (folder / "config.json").write_text(json.dumps(config))
+    plan = skeleton_and_plan(str(folder))
+    assert plan.missing == []  # every name and shape matches: only the config tells
+    assert not plan.sliced
+    assert "quant_method=fp8" in _broadcast_reason(plan)
+    assert skeleton_and_plan(tiny_model_path).sliced
+
+
+def test_a_tensor_of_the_modules_very_name_wins_over_a_stray_one_that_only_a_prefix_would_match(
+    tiny_model_path, tmp_path
+):
+    folder = shutil.copytree(tiny_model_path, tmp_path / "stray")
+    save_file({"norm.weight": torch.full((32,), 7.0)}, str(folder / "z_backbone.safetensors"))  # sorts after model.
+    plan = skeleton_and_plan(str(folder))
+    assert plan.sliced
+    assert plan.keys["lm.model.norm.weight"] == "model.norm.weight"
+
+
+def load_broken_folder(rank: int, path: str) -> str:
+    """What each rank raises when the folder's only weights file is not a checkpoint (rank 0 loads it)."""
+    fsdp = FSDPConfig()
+    try:
+        build_sharded(builders.policy_maker(ModelConfig(path=path), fsdp, path, True), path, fsdp, build_device_mesh())
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "loaded"
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+def test_when_rank_0_cannot_load_a_broadcast_every_rank_raises_instead_of_waiting(tiny_model_path, tmp_path):
+    folder = folder_without_safetensors(tiny_model_path, str(tmp_path / "broken"))
+    with open(os.path.join(folder, "pytorch_model.bin"), "wb") as f:
+        f.write(b"not a checkpoint")
+    rank0, rank1 = run_ranks(load_broken_folder, 2, folder, timeout_s=240)
+    assert rank0 != "loaded"
+    assert rank1.startswith("RuntimeError: lean load: rank 0 could not load")
+    assert rank0 in rank1  # rank 0's own error, passed on
