@@ -270,8 +270,8 @@ def check_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -
         args.train_gpus = max(args.gpus // 2, 1)
     if args.gpus > 1 and not 1 <= args.train_gpus < args.gpus:
         parser.error(f"--train-gpus={args.train_gpus} must leave the rollout pool a device: 1..{args.gpus - 1}")
-    if args.num_cpus is None:  # a GPU bundle of a Ray pool holds 10 CPUs (hyflow.controller.ray_pool)
-        args.num_cpus = max(os.cpu_count() or 1, 10 * args.gpus) if args.device == "cuda" else 2
+    if args.num_cpus is None:  # a GPU bundle of a Ray pool holds one CPU (hyflow.controller.ray_pool)
+        args.num_cpus = max(os.cpu_count() or 1, args.gpus) if args.device == "cuda" else 2
     modes = args.modes.split(",")
     unknown = [mode for mode in modes if mode not in MODES]
     if unknown:

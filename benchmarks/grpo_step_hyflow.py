@@ -65,10 +65,10 @@ def hyflow_overrides(args: argparse.Namespace, assets: dict[str, Any], root: Pat
 
 
 def ray_cpus(args: argparse.Namespace) -> int:
-    """Ray's logical CPUs for `--backend ray`: a GPU bundle of a Ray pool holds 10 CPUs (hyflow.controller.ray_pool's
-    `max_colocate_count`), so N GPUs need 10 N, or the pool waits for them and fails; a CPU bundle (`--tiny`) holds
-    0.1."""
-    return 4 if args.tiny else max(os.cpu_count() or 1, 10 * args.gpus)
+    """Ray's logical CPUs for `--backend ray`: the machine's cores, and at least one a GPU (a GPU bundle of a Ray pool
+    holds one CPU, hyflow.controller.ray_pool; fewer and the pool waits for them and fails); a CPU bundle (`--tiny`)
+    holds 0.1."""
+    return 4 if args.tiny else max(os.cpu_count() or 1, args.gpus)
 
 
 def kl_overrides(coef: float, micro_batch_size: int) -> list[str]:

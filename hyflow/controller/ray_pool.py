@@ -9,9 +9,10 @@ with one bundle per worker, and orders the placement groups by node IP, so that 
 Up to `max_colocate_count` worker groups (10 by default, as in verl) may share one pool: each actor takes a
 1/max_colocate_count share of its bundle, so the colocated and nested patterns (an actor group, a critic group and
 a reward-model group on the same devices) start without waiting for each other. A GPU bundle holds one GPU and
-`max_colocate_count` CPUs (verl's sizing). A CPU bundle holds `num_cpus_per_worker` logical CPUs (0.1 by default,
-so that a few workers fit on a 2-core laptop); on a multi-node CPU cluster raise it so that each placement group
-fills a node, since Ray places placement groups by free resources, not by node.
+one logical CPU (what verl's pools reserve a GPU when its groups are fused into one process, as hyflow's are), so
+a node of N GPUs needs N logical CPUs beside them. A CPU bundle holds `num_cpus_per_worker` logical CPUs (0.1 by
+default, so that a few workers fit on a 2-core laptop); on a multi-node CPU cluster raise it so that each placement
+group fills a node, since Ray places placement groups by free resources, not by node.
 
 Pools can be cut and joined without new placement groups (verl's split placement): `split_resource_pool(pool,
 split_size)` gives pools over consecutive slices of `pool`'s bundles (an int: equal parts; a list: those sizes),
@@ -129,7 +130,7 @@ class RayResourcePool:
     def bundle_resources(self) -> dict[str, float]:
         """What one bundle reserves."""
         if self.use_gpu:
-            return {"CPU": float(self.max_colocate_count), "GPU": 1.0}
+            return {"CPU": 1.0, "GPU": 1.0}
         return {"CPU": self.num_cpus_per_worker}
 
     def actor_options(self, claim_gpu: bool = True) -> dict[str, Any]:
@@ -176,7 +177,8 @@ class RayResourcePool:
                 f"needs {self.process_on_nodes[node]} bundles of {self.bundle_resources()} on one machine, and the "
                 f"cluster could not provide them within {self.ready_timeout_s:g} s (it has "
                 f"{ray.cluster_resources()}). Ask for fewer workers per node (trainer.n_gpus_per_node), fewer nodes "
-                "(trainer.nnodes), or use_gpu=False on a machine without GPUs."
+                "(trainer.nnodes), or use_gpu=False on a machine without GPUs; or give a local Ray more logical CPUs "
+                "(trainer.ray_init.num_cpus) when it has the GPUs but too few CPUs."
             ) from None
 
     def get_placement_groups(self, device_name: str | None = None) -> list[PlacementGroup]:

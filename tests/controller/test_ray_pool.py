@@ -66,7 +66,7 @@ def test_ranks_are_laid_out_node_by_node_with_local_ranks_and_one_master():
 
 def test_a_pool_the_cluster_cannot_hold_fails_with_a_message_naming_the_request(ray_session):
     pool = RayResourcePool([64], use_gpu=True, ready_timeout_s=1.0)
-    with pytest.raises(ValueError, match=r"node 0 needs 64 bundles of \{'CPU': 10.0, 'GPU': 1.0\}"):
+    with pytest.raises(ValueError, match=r"node 0 needs 64 bundles of \{'CPU': 1.0, 'GPU': 1.0\}"):
         pool.bundles()
 
 
