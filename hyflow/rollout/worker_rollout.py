@@ -102,6 +102,12 @@ def without_vision_markup(output: CompletionOutput, vision_ids: list[int]) -> Co
     )
 
 
+def engine_dtype(config: Any) -> str:
+    """The dtype an engine of `rollout` config `config` holds its weights in: `rollout.dtype` on CUDA, float32 on
+    the CPU."""
+    return config.dtype if torch.cuda.is_available() else "float32"
+
+
 def engine_config_from_rollout(config: Any) -> EngineConfig:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     max_model_len = config.max_model_len or config.prompt_length + config.response_length
@@ -110,7 +116,7 @@ def engine_config_from_rollout(config: Any) -> EngineConfig:
         max_num_batched_tokens=max(config.max_num_batched_tokens, max_model_len),
         max_model_len=max_model_len,
         gpu_memory_utilization=config.gpu_memory_utilization,
-        dtype=config.dtype if device == "cuda" else "float32",
+        dtype=engine_dtype(config),
         device=device,
         enforce_eager=config.enforce_eager,
         num_scheduler_steps=config.num_scheduler_steps,

@@ -293,17 +293,21 @@ class ActorRolloutRefWorker(Worker):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def actor_weights(self, stats: SyncStats | None = None, for_own_engine: bool = False):
+    def actor_weights(
+        self, stats: SyncStats | None = None, for_own_engine: bool = False, dtype: torch.dtype | None = None
+    ):
         """The actor's weights under Hugging Face names, LoRA folded in, moved from the FSDP2 shards in buckets of
-        `rollout.update_weights_bucket_megabytes` (`stats` counts what moved). `for_own_engine`: for this worker's
-        engine: in its dtype, each TP rank receiving only its slices (without LoRA: its merge needs the full fp32
-        tensors)."""
+        `rollout.update_weights_bucket_megabytes` (`stats` counts what moved), cast to `dtype` when given.
+        `for_own_engine`: for this worker's engine: in its dtype, each TP rank receiving only its slices (without
+        LoRA: its merge needs the full fp32 tensors)."""
         model_config = self.config.model
         scaling = model_config.lora_alpha / model_config.lora_rank if model_config.lora_rank > 0 else 0.0
         bucket_bytes = self.config.rollout.update_weights_bucket_megabytes << 20
         engine = getattr(self.rollout, "engine", None) if for_own_engine and not scaling else None  # hyflow's
         slices = None if engine is None else (lambda name: self.rollout.tp_weight_slices(hf_name(name)))
-        dtype = None if engine is None else engine.dtype
+        dtype = dtype if engine is None else engine.dtype
+        if scaling:
+            dtype = None  # LoRA's merge needs the full-precision tensors
         weights = iter_bucketed_state(self.actor.module, bucket_bytes, stats, slices, dtype)
         return merged_hf_weights(weights, scaling)
 
@@ -326,10 +330,14 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def send_weights(self) -> dict[str, float]:
-        """Gather the actor's full weights bucket by bucket (every training rank) and broadcast them from rank 0;
-        returns what moved (`rollout/weight_transfer_*`) on rank 0, {} on the others."""
+        """Gather the actor's full weights bucket by bucket (every training rank), cast to the rollout engines'
+        dtype (fp32 master weights for bf16 engines move half the bytes; the engines would round them alike), and
+        broadcast them from rank 0; returns what moved (`rollout/weight_transfer_*`) on rank 0, {} on the others."""
+        from hyflow.rollout.worker_rollout import engine_dtype
+
         self._require(self.actor, "send_weights", "actor")
-        weights = self.actor_weights()
+        dtype = getattr(torch, engine_dtype(self.config.rollout))
+        weights = ((n, t.to(dtype) if t.is_floating_point() else t) for n, t in self.actor_weights(dtype=dtype))
         if self._channel is None:  # a training rank > 0: its shards go into rank 0's gather
             for _ in weights:
                 pass

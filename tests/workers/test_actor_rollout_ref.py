@@ -210,3 +210,33 @@ def test_a_rollout_worker_takes_weights_in_flight_and_its_rows_record_both_versi
         tokens = out.batch[F.RESPONSES][i][mask[i]].tolist()
         expected, _ = rescore({0: old, 1: new}, prompt, tokens, [int(v == 5) for v in versions])
         torch.testing.assert_close(out.batch[F.ROLLOUT_LOG_PROBS][i][mask[i]], expected, atol=1e-4, rtol=1e-4)
+
+
+class RecordingChannel:
+    """What a weight channel's sender is handed, kept for the test to look at."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, torch.Tensor]] = []
+
+    def send(self, weights, bucket_bytes):
+        from hyflow.workers.weight_sync import SyncStats
+
+        self.sent = [(name, tensor.clone()) for name, tensor in weights]
+        return SyncStats(num_bytes=sum(t.nbytes for _, t in self.sent), num_tensors=len(self.sent), num_buckets=1)
+
+
+def test_a_training_worker_sends_the_rollout_pool_its_weights_in_the_engines_dtype(tiny_model_path, monkeypatch):
+    import hyflow.rollout.worker_rollout as worker_rollout
+
+    worker = make_group(actor_rollout_ref_config(tiny_model_path), rollout=False).worker  # a split placement's trainer
+    worker._channel = channel = RecordingChannel()
+    full = dict(worker.actor_weights())
+    monkeypatch.setattr(worker_rollout, "engine_dtype", lambda config: "bfloat16")  # what a CUDA engine holds
+
+    metrics = worker.send_weights()
+
+    assert [name for name, _ in channel.sent] == list(full)
+    for name, tensor in channel.sent:
+        assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, full[name].to(torch.bfloat16)), name
+    fp32_bytes = sum(t.nbytes for t in full.values())
+    assert metrics["rollout/weight_transfer_gb"] == pytest.approx(fp32_bytes / 2 / 1e9)  # half the master's bytes
