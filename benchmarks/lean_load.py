@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from shapes import SHAPES
+from torchrun_group import init_process_group
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, Qwen2Config
 
 from hyflow.config.common import FSDPConfig, ModelConfig
@@ -50,17 +51,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model-dtype", choices=["fp32", "bf16"], default="fp32", help="fsdp_config.model_dtype")
     parser.add_argument("--folder", help="the checkpoint (written when missing; default: under the temp folder)")
     return parser.parse_args()
-
-
-def init_process_group() -> torch.device:
-    """The torchrun rank's process group (NCCL on CUDA, else gloo) and its device."""
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-        return device
-    dist.init_process_group("gloo")
-    return torch.device("cpu")
 
 
 def private_host_bytes() -> int:

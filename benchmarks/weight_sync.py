@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from shapes import SHAPES
 from torch.distributed.fsdp import fully_shard
+from torchrun_group import init_process_group
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from hyflow.engine.models import build_model, tp_weight_slices
@@ -49,17 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed syncs after one warm-up")
     parser.add_argument("--compare-full", action="store_true", help="also time the full-tensor sync")
     return parser.parse_args(argv)
-
-
-def init_process_group() -> torch.device:
-    """The torchrun rank's process group (NCCL on CUDA, else gloo) and its device."""
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-        return device
-    dist.init_process_group("gloo")
-    return torch.device("cpu")
 
 
 def sharded_actor(config: Qwen2Config, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
