@@ -198,6 +198,16 @@ def test_the_several_gpus_section_of_the_benchmarks_readme_shows_only_commands_t
     assert problems(commands) == {}
 
 
+def test_the_latest_leases_commands_in_the_benchmarks_readme_are_accepted_by_their_scripts():
+    readme = (BENCHMARKS / "README.md").read_text()
+    section = readme.split("### Lease of 2026-12-02 (07:05", 1)[1].split("\n### ", 1)[0].replace("\\\n", " ")
+    found = re.findall(r"^(?:[A-Z_]+=\S+ )*(python3? benchmarks/\S+\.py.*)$", section, re.M)
+    commands = {line: shlex.split(line.split("  #")[0]) for line in found}
+
+    assert len(commands) >= 5
+    assert problems(commands) == {}
+
+
 @pytest.mark.parametrize("script", ["async_rl.py", "grpo_step.py"])
 def test_the_commands_a_scripts_docstring_shows_are_accepted_by_its_parser(script):
     docstring = ast.get_docstring(ast.parse((BENCHMARKS / script).read_text()))
