@@ -195,11 +195,12 @@ class KimiToolParser(ToolParser):
 
 @ToolParser.register("gpt-oss")
 class GptOssToolParser(ToolParser):
-    """OpenAI harmony messages: calls on the commentary channel addressed `to=functions.NAME`, text on `final`."""
+    """OpenAI harmony messages: calls on the commentary channel addressed `to=functions.NAME`, text on `final`; a
+    NAME may hold dots (`to=functions.web.search` calls `web.search`)."""
 
     keep_special_tokens = True
     _CALL = re.compile(
-        r"to=functions\.([A-Za-z0-9_\-]+)[^<]*(?:<\|constrain\|>\s*\w+\s*)?<\|message\|>(.*?)<\|call\|>", re.DOTALL
+        r"to=functions\.([A-Za-z0-9_\-.]+)[^<]*(?:<\|constrain\|>\s*\w+\s*)?<\|message\|>(.*?)<\|call\|>", re.DOTALL
     )
     _FINAL = re.compile(r"<\|channel\|>final<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|$)", re.DOTALL)
 

@@ -42,6 +42,7 @@ from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 __all__ = ["CudaIpcSharing", "SharedBufferTransport"]
 
 _OK = b"ok"
+IPC_SWITCH = "HYFLOW_WEIGHT_CHANNEL_IPC"  # "0" in training rank 0's environment: no CUDA IPC (pool_transfer.py)
 _BUFFERS = 2  # buckets the sender holds at most: one being copied by the receivers, one being packed
 _DEVICE_ARG = list(inspect.signature(rebuild_cuda_tensor).parameters).index("storage_device")
 
@@ -60,7 +61,15 @@ class CudaIpcSharing:
         args = list(handle)
         args[_DEVICE_ARG] = device.index
         with torch.cuda.device(device):  # the caller may be a worker thread, on another current device
-            shared = rebuild_cuda_tensor(*args)  # this stream waits for the sender's packing copies
+            try:
+                shared = rebuild_cuda_tensor(*args)  # this stream waits for the sender's packing copies
+            except Exception as error:  # CUDA raises RuntimeError; a driver or container without IPC, others
+                raise RuntimeError(
+                    f"weight channel (CUDA IPC): cannot open the sender's buffer on {device} through its CUDA IPC "
+                    f"handle ({type(error).__name__}: {error}); this GPU, driver or container does not share memory "
+                    f"between processes. Set {IPC_SWITCH}=0 in training rank 0's environment to send the weights "
+                    "over gloo instead"
+                ) from error
             own = shared.clone()
             torch.cuda.current_stream().synchronize()  # deliberate host sync: the copy is done before we ack
         return own

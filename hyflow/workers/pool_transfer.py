@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from hyflow.workers.ipc_transfer import CudaIpcSharing, SharedBufferTransport
+from hyflow.workers.ipc_transfer import IPC_SWITCH, CudaIpcSharing, SharedBufferTransport
 from hyflow.workers.weight_sync import SyncStats
 
 __all__ = ["IPC_SWITCH", "WeightChannel", "channel_backend", "device_identity", "pack_bucket", "unpack_bucket"]
@@ -66,9 +66,6 @@ def device_identity() -> str:
     if not torch.cuda.is_available():
         return "cpu"
     return f"cuda:{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
-
-
-IPC_SWITCH = "HYFLOW_WEIGHT_CHANNEL_IPC"  # "0" in training rank 0's environment: no CUDA IPC (see channel_backend)
 
 
 def channel_backend(identities: list[str], allow_ipc: bool = True) -> str:

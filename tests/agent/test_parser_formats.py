@@ -173,3 +173,22 @@ def test_request_tools_that_are_not_function_objects_are_refused_naming_the_tool
                 {"type": "function", "function": {"name": "g", "parameters": {"properties": [1]}}},
             ]
         )
+
+
+@pytest.mark.parametrize("parser_name, call_end", [("gpt-oss", "<|call|>"), ("kimi_k2", "<|tool_call_end|>")])
+@pytest.mark.parametrize("tool", ["web.search", "repo.lookup"])
+def test_gpt_oss_and_kimi_read_a_tool_name_with_dots_whole_also_after_their_forced_call_prefix(
+    parser_name, call_end, tool
+):
+    parser = ToolParser.get(parser_name, None)
+    forced = parser.forced_call_prefix(tool) + '{"query": "hyflow"}' + call_end
+    if parser_name == "kimi_k2":
+        forced += "<|tool_calls_section_end|>"
+    written = {
+        "gpt-oss": f"<|channel|>commentary to=functions.{tool} <|constrain|>json"
+        '<|message|>{"query": "hyflow"}<|call|>',
+        "kimi_k2": f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{tool}:0<|tool_call_argument_begin|>"
+        '{"query": "hyflow"}<|tool_call_end|><|tool_calls_section_end|>',
+    }[parser_name]
+    for text in (forced, written):
+        assert [call.name for call in parser.parse(text).calls] == [tool]

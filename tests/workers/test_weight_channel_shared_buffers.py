@@ -142,3 +142,18 @@ def test_a_receiver_that_cannot_open_a_bucket_fails_the_sender_with_its_error():
     assert (
         "bucket 0 failed on rollout worker 0 (channel rank 1): OSError: cannot open the buffer's handle" in errors
     )  # at once: the sender does not wait out its two-minute ack timeout
+
+
+def test_a_cuda_ipc_handle_that_does_not_open_is_an_error_naming_the_switch_that_turns_ipc_off(monkeypatch):
+    import contextlib
+
+    import hyflow.workers.ipc_transfer as ipc_transfer
+
+    def refused(*args):
+        raise RuntimeError("CUDA error: invalid resource handle")
+
+    monkeypatch.setattr(ipc_transfer, "rebuild_cuda_tensor", refused)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())  # no GPU on this machine
+    handle = (None,) * (ipc_transfer._DEVICE_ARG + 1)
+    with pytest.raises(RuntimeError, match=r"invalid resource handle.*HYFLOW_WEIGHT_CHANNEL_IPC=0"):
+        ipc_transfer.CudaIpcSharing().copy(handle, torch.device("cuda", 0))
