@@ -96,18 +96,8 @@ def build_state(args: argparse.Namespace) -> ServingState:
         max_request_pixels=args.max_request_pixels,
         limit_mm_per_prompt=args.limit_mm_per_prompt,
     )
-    _keep_pillow_bound_above(args.max_request_pixels)
     processor = load_processor(args.model, **args.mm_processor_kwargs)  # None for a text model
     return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
-
-
-def _keep_pillow_bound_above(max_request_pixels: int) -> None:
-    """Pillow refuses a picture over 2 · `Image.MAX_IMAGE_PIXELS` before the server can look at it; keep that above
-    the server's own budget, so that its refusal always means "over --max-request-pixels" (media_budget.py)."""
-    from PIL import Image
-
-    if Image.MAX_IMAGE_PIXELS is not None and max_request_pixels > Image.MAX_IMAGE_PIXELS:
-        Image.MAX_IMAGE_PIXELS = max_request_pixels
 
 
 def _count(text: str) -> int:

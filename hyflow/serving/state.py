@@ -13,6 +13,16 @@ from hyflow.serving.metrics import ServerMetrics
 from hyflow.serving.text import TokenTexts
 
 
+def keep_pillow_bound_above(max_request_pixels: int) -> None:
+    """Pillow refuses a picture over 2 · `Image.MAX_IMAGE_PIXELS` before the server can look at it; keep that above
+    the server's own budget, so that its refusal always means "over --max-request-pixels" (media_budget.py). The bound
+    is only ever raised, never lowered or switched off (None), so Pillow's bomb check stays in force."""
+    from PIL import Image
+
+    if Image.MAX_IMAGE_PIXELS is not None and max_request_pixels > Image.MAX_IMAGE_PIXELS:
+        Image.MAX_IMAGE_PIXELS = max_request_pixels
+
+
 @dataclass
 class ServerLimits:
     """`request_timeout`: seconds a request may run before it is aborted (HTTP 408, or an error event in a stream);
@@ -49,6 +59,7 @@ class ServingState:
             raise ValueError(
                 "hyflow serve needs the model's tokenizer; pass one to LLMEngine(model, config, tokenizer)"
             )
+        keep_pillow_bound_above(self.limits.max_request_pixels)
         self.async_engine = AsyncLLMEngine(self.engine)
         self.metrics = ServerMetrics(self.engine)
         self.token_text = TokenTexts(self.engine.tokenizer)

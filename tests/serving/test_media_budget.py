@@ -22,7 +22,8 @@ from hyflow.models.processor import load_processor
 from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.serving import ServerLimits, ServingState, build_app
 from hyflow.serving.media_budget import parse_limit_mm_per_prompt
-from hyflow.serving.server import BackgroundServer, _keep_pillow_bound_above, build_state, parse_args
+from hyflow.serving.server import BackgroundServer, build_state, parse_args
+from hyflow.serving.state import keep_pillow_bound_above
 
 from ..engine.vlm_testkit import random_image
 
@@ -236,7 +237,18 @@ def test_a_limit_mm_per_prompt_hyflow_cannot_follow_is_an_error_naming_it(text, 
 
 def test_a_budget_above_pillows_bound_raises_pillows_bound_with_it(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
-    _keep_pillow_bound_above(5000)
+    keep_pillow_bound_above(5000)
     assert Image.MAX_IMAGE_PIXELS == 5000
-    _keep_pillow_bound_above(10)
+
+
+def test_a_serving_state_built_in_process_raises_pillows_bound_to_its_own_budget(monkeypatch, vlm_path):
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    engine = LLMEngine(
+        vlm_path,
+        EngineConfig(max_model_len=64, num_kv_blocks=8, block_size=16, device="cpu"),
+        AutoTokenizer.from_pretrained(vlm_path),
+    )
+    ServingState(engine, "tiny-vlm", limits=ServerLimits(max_request_pixels=5000))
+    assert Image.MAX_IMAGE_PIXELS == 5000
+    keep_pillow_bound_above(10)
     assert Image.MAX_IMAGE_PIXELS == 5000
