@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
-__all__ = ["CudaIpcSharing", "SharedBufferTransport"]
+__all__ = ["IPC_SWITCH", "CudaIpcSharing", "SharedBufferTransport"]
 
 _OK = b"ok"
 IPC_SWITCH = "HYFLOW_WEIGHT_CHANNEL_IPC"  # "0" in training rank 0's environment: no CUDA IPC (pool_transfer.py)
