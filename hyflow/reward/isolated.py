@@ -9,12 +9,24 @@ The child is forked from this process on the first call and serves every later c
 pickled (closures work) and state it keeps (caches) lives on between calls in the child; the arguments and results
 travel through a pipe and must be picklable. A child that died or timed out is replaced on the next call. Changes
 the function makes to objects of this process are not seen here (they happen in the child).
+
+The child dies with this process, also when it is killed (SIGKILL, the OOM killer): it closes the pipe end it
+inherited, so the parent's death is an end-of-file on its pipe, and on Linux it asks the kernel for a SIGKILL when
+its parent dies (`PR_SET_PDEATHSIG`, which also ends a child stuck in C code). The kernel ties that signal to the
+thread that forked, so a child forked from any thread but the main one (a thread pool's, which may end between
+calls) watches the parent process itself instead, from a thread of its own.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import select
+import signal
+import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -40,8 +52,44 @@ class FunctionTimedOut(Exception):
     """No result within the timeout; the child was killed."""
 
 
-def _serve(fn: Callable[..., Any], conn: Any) -> None:
-    """The child's loop: one call per message until the pipe closes."""
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _set_parent_death_signal() -> bool:
+    """Ask the kernel to SIGKILL this process when the thread that forked it ends (Linux); False where unavailable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _exit_when_parent_ends(parent_pid: int) -> None:
+    """Block until the process `parent_pid` has ended (a pidfd where the kernel has them, else polling the parent
+    pid once a second), then end this process."""
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except (AttributeError, OSError):  # no pidfd (old kernel, not Linux) or the parent is already gone
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+    else:
+        select.select([pidfd], [], [])
+    os._exit(0)
+
+
+def _die_with_parent(parent_pid: int, forked_on_main_thread: bool) -> None:
+    """In the child: end it when the parent process ends (see the module docstring)."""
+    if not (forked_on_main_thread and _set_parent_death_signal()):
+        threading.Thread(target=_exit_when_parent_ends, args=(parent_pid,), daemon=True).start()
+    if os.getppid() != parent_pid:  # the parent died before the signal was asked for
+        os._exit(0)
+
+
+def _serve(fn: Callable[..., Any], conn: Any, parent_end: Any, parent_pid: int, forked_on_main_thread: bool) -> None:
+    """The child's loop: one call per message until the pipe closes (the parent closed it, or died)."""
+    parent_end.close()  # else the child holds its own pipe open and never sees the parent's end-of-file
+    _die_with_parent(parent_pid, forked_on_main_thread)
     while True:
         try:
             kwargs = conn.recv()
@@ -66,7 +114,9 @@ class IsolatedFunction:
     def _start(self) -> None:
         context = multiprocessing.get_context("fork")
         parent_conn, child_conn = context.Pipe()
-        self._process = context.Process(target=_serve, args=(self.fn, child_conn), daemon=True)
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        args = (self.fn, child_conn, parent_conn, os.getpid(), on_main_thread)
+        self._process = context.Process(target=_serve, args=args, daemon=True)
         self._process.start()
         child_conn.close()
         self._conn = parent_conn
