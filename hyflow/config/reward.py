@@ -18,6 +18,8 @@ from hyflow.config.common import FSDPConfig, inherit
 
 RewardManagerName = Literal["naive", "batch", "prime", "dapo"]
 NonFiniteMode = Literal["error", "zero"]
+# naive/batch/dapo: the default bound of one reward function call, so a function that never returns stops the run
+REWARD_CALL_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -73,8 +75,9 @@ class RewardModelConfig:
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     reward_functions: list[RewardFunctionConfig] = field(default_factory=list)  # empty: custom or built-in scorer
     on_non_finite: NonFiniteMode = "error"  # a NaN/inf score: stop naming function, row and value; or score it 0
-    # naive/batch: seconds one call of the reward function may take (None: no limit); past it the run stops
-    timeout_s: float | None = None
+    # naive/batch/dapo: seconds one call of the reward function may take (batch: the whole batch's call); past it
+    # the run stops naming the function and row. Raise it for slow scorers (None: no limit)
+    timeout_s: float | None = REWARD_CALL_TIMEOUT_S
     # stop the run when at least this fraction of a batch's rows failed (error, crash, timeout, non-finite); > 1: never
     stop_at_failed_fraction: float = 1.0
 

@@ -5,8 +5,9 @@ import textwrap
 import pytest
 
 from hyflow.config import PPOTrainerConfig
-from hyflow.config.reward import RewardFunctionConfig
+from hyflow.config.reward import REWARD_CALL_TIMEOUT_S, RewardFunctionConfig
 from hyflow.reward import compute_reward, load_reward_manager
+from hyflow.reward.managers import get_reward_manager_cls
 from hyflow.reward.managers.batch import BatchRewardManager
 from hyflow.reward.managers.dapo import DAPORewardManager
 
@@ -69,3 +70,12 @@ def test_every_manager_takes_the_failure_settings_from_the_config(tokenizer, man
     config.reward_model.stop_at_failed_fraction = 0.25
     manager = load_reward_manager(config, tokenizer)
     assert (manager.on_non_finite, manager.timeout_s, manager.stop_at_failed_fraction) == ("zero", 7.0, 0.25)
+
+
+@pytest.mark.parametrize("manager_name", ["naive", "batch", "dapo"])
+def test_the_default_config_bounds_every_call_of_the_reward_function(tokenizer, manager_name):
+    config = PPOTrainerConfig()
+    config.reward_model.reward_manager = manager_name
+    manager = load_reward_manager(config, tokenizer)
+    assert manager.isolated.timeout_s == REWARD_CALL_TIMEOUT_S and 0 < REWARD_CALL_TIMEOUT_S < float("inf")
+    assert get_reward_manager_cls(manager_name)(tokenizer).isolated.timeout_s == REWARD_CALL_TIMEOUT_S

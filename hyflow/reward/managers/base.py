@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import torch
 
 from hyflow import fields as F
+from hyflow.config.reward import REWARD_CALL_TIMEOUT_S
 from hyflow.protocol import DataProto
 from hyflow.reward.scorers import default_compute_score
 
@@ -136,7 +137,7 @@ class RewardManager:
         reward_fn_key: str = F.DATA_SOURCE,
         on_non_finite: str = "error",
         stop_at_failed_fraction: float = 1.0,
-        timeout_s: float | None = None,
+        timeout_s: float | None = REWARD_CALL_TIMEOUT_S,
     ) -> None:
         if on_non_finite not in NON_FINITE_MODES:
             raise ValueError(f"reward_model.on_non_finite={on_non_finite!r} must be one of {list(NON_FINITE_MODES)}.")

@@ -3,8 +3,8 @@
 The function is called as `compute_score(data_sources=[...], solution_strs=[...], ground_truths=[...],
 extra_infos=[...])` and returns one result per row, so a scorer can vectorise or call a service once per batch.
 Without a custom function, each row goes to its data source's built-in scorer. Like `naive`, the call runs in a
-child process: raising, crashing or (with `reward_model.timeout_s`) hanging is a `RewardFunctionError` naming the
-function and the batch.
+child process: raising, crashing or hanging past `reward_model.timeout_s` (600 s by default, for the whole call) is
+a `RewardFunctionError` naming the function and the batch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The `naive` reward manager: one `compute_score` call per response, in a child process of this one.
 
 The calls run in a forked child (`hyflow.reward.isolated`), one after the other: a function that raises, calls
-`os._exit`, crashes its process or (with `reward_model.timeout_s`) takes too long stops the step with a
-`RewardFunctionError` naming the function, the row and its data source, instead of ending the run silently.
+`os._exit`, crashes its process or takes longer than `reward_model.timeout_s` (600 s by default) stops the step with
+a `RewardFunctionError` naming the function, the row and its data source, instead of ending the run silently.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ def call_isolated(call: IsolatedFunction, where: str, timeout_key: str = "reward
             f"crashed, or was killed for memory). {_FIX}"
         ) from None
     except FunctionTimedOut:
-        raise RewardFunctionError(f"{where} gave no result within {timeout_key}={call.timeout_s}s. {_FIX}") from None
+        raise RewardFunctionError(
+            f"{where} gave no result within {timeout_key}={call.timeout_s}s. Fix the function, raise {timeout_key} "
+            "for a slow scorer (null: no limit), or use reward_model.reward_manager=prime to score such rows 0."
+        ) from None
 
 
 @register_reward_manager
