@@ -6,7 +6,8 @@
 
 `reward/<kind>_count` = Σ_rows flag (the per-row 0/1 flags of `FAILURE_FLAGS`; 0 when no manager flagged that
 kind); `reward/extra/<name>/mean` = mean over the rows that report a finite number under `name` (rows without it
-hold nan; non-numeric extras such as predicted strings are left out).
+hold nan; non-numeric extras such as predicted strings are left out, and the reward manager names them in a
+warning); `reward/extra/<name>/non_finite_count` = the rows whose `name` is ±inf, present only when some are.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def reward_metrics(extra_info: Mapping[str, Sequence[Any]]) -> dict[str, float]:
     flags = set(FAILURE_FLAGS.values())
     for name, values in sorted(extra_info.items()):
         numbers_ = _finite_numbers(values)
-        if name not in flags and numbers_:
+        if name in flags:
+            continue
+        if numbers_:
             metrics[f"reward/extra/{name}/mean"] = sum(numbers_) / len(numbers_)
+        infinite = sum(1 for v in values if isinstance(v, numbers.Real) and math.isinf(float(v)))
+        if infinite:
+            metrics[f"reward/extra/{name}/non_finite_count"] = float(infinite)
     return metrics

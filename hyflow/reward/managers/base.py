@@ -10,8 +10,12 @@ them with `np.nanmean`). Rows whose `reward_model.style` is "model" are not give
 the reward model's `rm_scores` alone. For "rule" rows, `rm_scores`, when the batch has them, are added.
 
 Every score is checked where it is produced: a result that is not a number is a `RewardFunctionError` naming the
-function, the row and the value; a NaN or ±inf score is one too (`on_non_finite="error"`, the default) or scores 0
-and is flagged in the per-row extra `reward_non_finite` (`on_non_finite="zero"`). Per-row failure flags
+function, the row and the value; a NaN or ±inf score, or one that overflows the float32 reward tensor (|score| >
+3.4e38, e.g. 1e308), is one too (`on_non_finite="error"`, the default) or scores 0 and is flagged in the per-row
+extra `reward_non_finite` (`on_non_finite="zero"`; only then does the manager report that column, so records stay
+free of a flag that could only be 0). An extra field that no metric can hold (±inf or NaN, a string, anything not
+a number; `pred`, the validation's majority-vote answer, is expected to be a string) is kept per row and named in
+one warning per key and kind: the function, the row, the key and the value. Per-row failure flags
 (`FAILURE_FLAGS`: the prime manager's errors, crashes and timeouts, and non-finite scores) become the metrics
 `reward/<kind>_count` (`hyflow.reward.metrics`); when at least `stop_at_failed_fraction` of a batch's rows failed,
 the run stops with a `RewardFunctionError` instead of training on zeros.
@@ -46,6 +50,8 @@ logger = logging.getLogger(__name__)
 FAILURE_FLAGS = {"error": "reward_error", "crash": "reward_crash", "timeout": "reward_timeout",
                  "non_finite": "reward_non_finite"}  # fmt: skip
 NON_FINITE_MODES = ("error", "zero")
+FLOAT32_MAX = torch.finfo(torch.float32).max  # the largest score the reward tensor holds
+STRING_EXTRAS = frozenset({"pred"})  # extras expected to be strings (validation's majority vote), never warned about
 
 
 class RewardFunctionError(ValueError):
@@ -86,6 +92,22 @@ def reward_style(data: DataProto, row: int) -> str:
     """`reward_model.style` of a row ("rule" when the row does not say)."""
     info = _non_tensor(data, F.REWARD_MODEL, row) or {}
     return info.get("style") or "rule"
+
+
+def unfit_score(score: float) -> str | None:
+    """Why `score` cannot be a reward ("the non-finite score nan", overflowing float32), or None when it can."""
+    if not math.isfinite(score):
+        return f"the non-finite score {score}"
+    if abs(score) > FLOAT32_MAX:
+        return f"the score {score!r}, which overflows the float32 reward tensor (|score| <= {FLOAT32_MAX:.3g})"
+    return None
+
+
+def unusable_extra(key: str, value: Any) -> str | None:
+    """Why the extra field `key: value` cannot become a metric ("non-finite", "non-numeric"), or None."""
+    if isinstance(value, numbers.Real):
+        return None if math.isfinite(float(value)) else "non-finite"
+    return None if key in STRING_EXTRAS else "non-numeric"
 
 
 def agent_rewards(data: DataProto) -> dict[int, float]:
@@ -152,6 +174,7 @@ class RewardManager:
         self.reward_fn_key = reward_fn_key
         self.on_non_finite, self.stop_at_failed_fraction = on_non_finite, stop_at_failed_fraction
         self.timeout_s = timeout_s
+        self._warned_extras: set[tuple[str, str]] = set()  # (key, kind) of the extras already named in a warning
 
     @staticmethod
     def failure_settings(config: Any) -> dict[str, Any]:
@@ -208,9 +231,10 @@ class RewardManager:
         """`agent_rewards(data)`, a NaN or ±inf one an error or 0 as `on_non_finite` says."""
         rewards = agent_rewards(data)
         for row, value in rewards.items():
-            if math.isfinite(value):
+            problem = unfit_score(value)
+            if problem is None:
                 continue
-            where = f"row {row}: the agent function's reward (non-tensor field 'agent_reward') is {value}"
+            where = f"row {row}: the agent function's reward (non-tensor field 'agent_reward') is {problem}"
             if self.on_non_finite == "error":
                 raise RewardFunctionError(
                     f"{where}. Return a finite number (or None to have the response scored), or set "
@@ -243,23 +267,42 @@ class RewardManager:
                 "a number, or a dict with a number under 'score'."
             )
         score = float(value)
-        if math.isfinite(score):
-            return score, {**fields, FAILURE_FLAGS["non_finite"]: 0.0}
+        problem = unfit_score(score)
+        flag = {FAILURE_FLAGS["non_finite"]: float(problem is not None)} if self.on_non_finite == "zero" else {}
+        if problem is None:
+            return score, {**fields, **flag}
         if self.on_non_finite == "error":
             raise RewardFunctionError(
-                f"{self._where(batch, i)} returned the non-finite score {score}. Fix the function, or set "
+                f"{self._where(batch, i)} returned {problem}. Fix the function, or set "
                 "reward_model.on_non_finite=zero to score such responses 0 (counted in reward/non_finite_count)."
             )
-        logger.warning("%s returned %s: scored 0 (reward_model.on_non_finite=zero)", self._where(batch, i), score)
-        return 0.0, {**fields, FAILURE_FLAGS["non_finite"]: 1.0}
+        logger.warning("%s returned %s: scored 0 (reward_model.on_non_finite=zero)", self._where(batch, i), problem)
+        return 0.0, {**fields, **flag}
 
     def _checked_scores(self, batch: ScoringBatch, results: list[Any]) -> tuple[list[float], dict[str, list]]:
         """(scores, extra info lists): each result checked; rows that lack a key get nan (flags: 0)."""
         checked = [self._score_of(batch, i, result) for i, result in enumerate(results)]
+        self._warn_unusable_extras(batch, [fields for _, fields in checked])
         keys = sorted({key for _, fields in checked for key in fields})
         flags = set(FAILURE_FLAGS.values())
         extra = {key: [fields.get(key, 0.0 if key in flags else math.nan) for _, fields in checked] for key in keys}
         return [score for score, _ in checked], extra
+
+    def _warn_unusable_extras(self, batch: ScoringBatch, fields: list[dict[str, Any]]) -> None:
+        """One warning per (key, kind) of extra that no metric can hold, naming the function, row, key and value."""
+        for i, row_fields in enumerate(fields):
+            for key, value in row_fields.items():
+                kind = unusable_extra(key, value)
+                if kind is None or (key, kind) in self._warned_extras:
+                    continue
+                self._warned_extras.add((key, kind))
+                counted = f", counted in reward/extra/{key}/non_finite_count" if kind == "non-finite" else ""
+                logger.warning(
+                    "%s returned the extra field %r = %.80r (%s): it is kept per row (rollout and validation dumps) "
+                    "but left out of the metric reward/extra/%s/mean%s. Return a finite number under %r to see it "
+                    "averaged. (Later rows with a %s %r are not named again.)",
+                    self._where(batch, i), key, value, type(value).__name__, key, counted, key, kind, key,
+                )  # fmt: skip
 
     def _stop_if_failing(self, batch: ScoringBatch, extra: dict[str, list]) -> None:
         """RewardFunctionError when at least `stop_at_failed_fraction` of the rows carry a failure flag."""

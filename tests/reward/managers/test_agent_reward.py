@@ -57,10 +57,16 @@ def test_reward_model_scores_are_added_to_an_agent_reward(make_batch, tokenizer)
 
 def test_a_non_finite_agent_reward_stops_the_step_or_scores_zero_as_configured(make_batch, tokenizer):
     data = with_agent_rewards(make_batch(RESPONSES, TRUTHS, ["arith"] * 3), [math.nan, None, None])
-    with pytest.raises(RewardFunctionError, match=r"row 0: the agent function's reward .* is nan"):
+    with pytest.raises(RewardFunctionError, match=r"row 0: the agent function's reward .* is the non-finite score nan"):
         get_reward_manager_cls("naive")(tokenizer)(data)
     reward = get_reward_manager_cls("naive")(tokenizer, on_non_finite="zero")(data)
     assert last_token_scores(data, reward)[0] == 0.0
+
+
+def test_an_agent_reward_that_overflows_float32_names_the_row_and_the_value(make_batch, tokenizer):
+    data = with_agent_rewards(make_batch(RESPONSES, TRUTHS, ["arith"] * 3), [None, 1e308, None])
+    with pytest.raises(RewardFunctionError, match=r"row 1: the agent function's reward .* 1e\+308, which overflows"):
+        get_reward_manager_cls("naive")(tokenizer)(data)
 
 
 def test_a_batch_without_agent_rewards_has_no_reward_from_agent_extra(make_batch, tokenizer):

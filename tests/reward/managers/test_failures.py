@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import textwrap
 import time
 
 import numpy as np
 import pytest
 
+from hyflow.reward import compute_reward
 from hyflow.reward.custom import load_custom_function
 from hyflow.reward.managers.base import RewardFunctionError
 from hyflow.reward.managers.batch import BatchRewardManager
@@ -18,6 +20,7 @@ from hyflow.reward.managers.naive import NaiveRewardManager
 from hyflow.reward.managers.prime import PrimeRewardManager
 from hyflow.reward.metrics import reward_metrics
 from hyflow.trainer import stages
+from hyflow.trainer.validation import process_validation_metrics
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,6 +75,50 @@ def test_on_non_finite_zero_scores_it_zero_and_counts_it_in_the_training_metrics
     batch, _ = stages.attach_reward(data, manager)
     assert batch.batch["token_level_scores"].sum(-1).tolist() == [0.0, 0.5, 0.0]
     assert stages.reward_extra_metrics(batch)["reward/non_finite_count"] == 2.0
+
+
+def huge_on_b(data_source, solution_str, ground_truth, extra_info=None):
+    return 1e308 if solution_str == "b" else 1.0  # finite in float64, overflows the float32 reward tensor
+
+
+def test_a_score_that_overflows_float32_names_the_function_the_row_and_the_value(make_batch, tokenizer):
+    data = make_batch(["a", "b"], ["1", "2"], ["arith", "my/source"])
+    with pytest.raises(
+        RewardFunctionError, match=r"huge_on_b, row 1 \(data_source='my/source'.*1e\+308, which overflows"
+    ):
+        NaiveRewardManager(tokenizer, compute_score=huge_on_b)(data)
+    manager = NaiveRewardManager(tokenizer, compute_score=huge_on_b, on_non_finite="zero", stop_at_failed_fraction=2.0)
+    batch, _ = stages.attach_reward(data, manager)
+    assert batch.batch["token_level_scores"].sum(-1).tolist() == [1.0, 0.0]
+    assert stages.reward_extra_metrics(batch)["reward/non_finite_count"] == 1.0
+
+
+def odd_extras(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": 1.0, "margin": math.inf if solution_str == "b" else 0.5, "note": f"saw {solution_str}"}
+
+
+def test_extras_no_metric_can_hold_are_named_once_and_infinite_ones_are_counted(make_batch, tokenizer, caplog):
+    manager = NaiveRewardManager(tokenizer, compute_score=odd_extras)
+    data = make_batch(["a", "b", "b"], ["1", "2", "3"], ["arith"] * 3)
+    with caplog.at_level("WARNING", logger="hyflow.reward.managers.base"):
+        batch, _ = stages.attach_reward(data, manager)
+        manager(data)  # the same extras again: not named again
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 2
+    assert re.search(r"odd_extras, row 1 .*extra field 'margin' = inf \(float\)", warnings[0] + warnings[1])
+    assert re.search(r"odd_extras, row 0 .*extra field 'note' = 'saw a' \(str\)", warnings[0] + warnings[1])
+    metrics = stages.reward_extra_metrics(batch)
+    assert metrics["reward/extra/margin/mean"] == 0.5 and metrics["reward/extra/margin/non_finite_count"] == 2.0
+
+
+def test_the_default_manager_keeps_the_zero_non_finite_flag_out_of_validation_records(make_batch, tokenizer):
+    data = make_batch(["a", "b"], ["1", "2"], ["arith", "arith"])
+    scores, extra = compute_reward(
+        data, NaiveRewardManager(tokenizer, compute_score=lambda **kw: {"score": 1.0, "acc": 1.0})
+    )
+    records = process_validation_metrics(["arith"] * 2, ["u0", "u0"], {"reward": scores.sum(-1).tolist(), **extra})
+    assert "val-core/arith/acc/mean@2" in records
+    assert not [name for name in records if "reward_non_finite" in name]
 
 
 def test_a_batched_function_may_return_a_numpy_array_but_not_a_single_number(make_batch, tokenizer):
