@@ -6,7 +6,9 @@
 
 Everything is checked and tokenized when the dataset is built, so a malformed row or an over-long prompt (with
 `truncation="error"`) stops the run before any compute is spent. Over-long prompts are dropped when
-`filter_overlong_prompts` is set (the count is logged), otherwise truncated left, right or in the middle.
+`filter_overlong_prompts` is set (the count is logged), otherwise truncated left, right or in the middle. Rows whose
+prompt has no text (every user message's content "" or blank, and no image or video) are named in one warning per
+file: they load, but the model would learn from the chat template alone.
 
 Shapes of one item: input_ids, attention_mask, position_ids are (P,) with P = `max_prompt_length`, left-padded.
 
@@ -84,6 +86,15 @@ def left_pad(ids: list[int], length: int, pad_token_id: int) -> tuple[torch.Tens
     return input_ids, attention_mask, position_ids
 
 
+def blank_prompt(messages: Any) -> bool:
+    """True when a prompt has no text to answer: its user messages (all messages when none is a user's) hold only
+    empty or blank content."""
+    if not isinstance(messages, list):
+        return False
+    user = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return not any(isinstance(m, dict) and str(m.get("content") or "").strip() for m in user or messages)
+
+
 def _drop_none(kwargs: dict[str, Any] | None) -> dict[str, Any]:
     """Top-level entries that are not None: parquet gives every row the union of all rows' struct keys, filling
     the ones a row lacks (e.g. a tool it does not use) with None."""
@@ -136,6 +147,7 @@ class RLHFDataset(Dataset):
         rows = read_rows(path)
         for index, row in enumerate(rows):
             check_row(row, f"data file {path!r}", index, config.prompt_key, config.reward_fn_key)
+        self._warn_blank_prompts(rows, path)
         ids = [self._tokenize_prompt(row, path, index) for index, row in enumerate(rows)]
         limit = config.max_prompt_length
         if config.filter_overlong_prompts:
@@ -167,6 +179,21 @@ class RLHFDataset(Dataset):
             ids = [truncate_ids(prompt, limit, config.truncation) for prompt in ids]
         self.rows.extend(rows)
         self.prompt_ids.extend(ids)
+
+    def _warn_blank_prompts(self, rows: list[dict[str, Any]], path: str) -> None:
+        """One warning naming the rows of `path` whose prompt has no text (`blank_prompt`) and no image or video."""
+        media = (self.config.image_key, self.config.video_key)
+        blank = [
+            index for index, row in enumerate(rows)
+            if blank_prompt(row[self.config.prompt_key]) and not any(row.get(key) for key in media if key)
+        ]  # fmt: skip
+        if blank:
+            shown = ", ".join(map(str, blank[:10])) + (f" and {len(blank) - 10} more" if len(blank) > 10 else "")
+            logger.warning(
+                "data file %r, column %r: %d of %d prompts have no text (rows %s): the model would be trained on "
+                "the chat template alone for them. Fill in the messages' content or remove those rows.",
+                path, self.config.prompt_key, len(blank), len(rows), shown,
+            )  # fmt: skip
 
     def render_prompt(self, row: dict[str, Any], source: str = "row", index: int = 0) -> str:
         """The row's chat messages through the tokenizer's chat template, ending with the generation prompt."""

@@ -98,6 +98,16 @@ def test_overlong_prompts_are_dropped_when_filtering_and_the_count_is_logged(tok
     assert "dropped 1 of 3 prompts" in caplog.text
 
 
+def test_prompts_without_text_are_named_in_one_warning_at_load(tokenizer, write_rows, caplog):
+    path = write_rows([_row("Compute 1 + 2."), _row(""), _row("   "), _row("Compute 2 + 2.")])
+    with caplog.at_level("WARNING", logger="hyflow.data.dataset"):
+        dataset = RLHFDataset(path, tokenizer, DataConfig(max_prompt_length=64))
+    assert len(dataset) == 4
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1
+    assert "data.parquet" in warnings[0] and "2 of 4 prompts have no text (rows 1, 2)" in warnings[0]
+
+
 def test_overlong_prompt_with_truncation_error_fails_at_load(tokenizer, write_rows):
     path = write_rows([_row("short"), _row("long " * 40)])
     with pytest.raises(ValueError, match=r"row 1, column 'prompt'.*max_prompt_length=24"):
