@@ -20,6 +20,7 @@ calls) watches the parent process itself instead, from a thread of its own.
 from __future__ import annotations
 
 import ctypes
+import functools
 import multiprocessing
 import os
 import select
@@ -55,14 +56,22 @@ class FunctionTimedOut(Exception):
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+@functools.cache
+def _prctl() -> Any:
+    """libc's `prctl` (Linux), or None. Looked up in the parent before forking: `dlopen` in the child of a
+    multi-threaded process could wait forever on a lock another thread held at the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 def _set_parent_death_signal() -> bool:
     """Ask the kernel to SIGKILL this process when the thread that forked it ends (Linux); False where unavailable."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    prctl = _prctl()
+    return prctl is not None and prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
 
 
 def _exit_when_parent_ends(parent_pid: int) -> None:
@@ -113,6 +122,7 @@ class IsolatedFunction:
 
     def _start(self) -> None:
         context = multiprocessing.get_context("fork")
+        _prctl()  # looked up here, not in the child
         parent_conn, child_conn = context.Pipe()
         on_main_thread = threading.current_thread() is threading.main_thread()
         args = (self.fn, child_conn, parent_conn, os.getpid(), on_main_thread)
