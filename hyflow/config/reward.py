@@ -74,7 +74,9 @@ class RewardModelConfig:
     timeout: float = 300.0  # prime: seconds per sample before it scores 0
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     reward_functions: list[RewardFunctionConfig] = field(default_factory=list)  # empty: custom or built-in scorer
-    on_non_finite: NonFiniteMode = "error"  # a NaN/inf score: stop naming function, row and value; or score it 0
+    # a NaN/inf score, or one past float32's range (1e308): stop naming function, row and value; or score it 0 and
+    # flag the row in the extra reward_non_finite (reported with this mode only)
+    on_non_finite: NonFiniteMode = "error"
     # naive/batch/dapo: seconds one call of the reward function may take (batch: the whole batch's call); past it
     # the run stops naming the function and row. Raise it for slow scorers (None: no limit)
     timeout_s: float | None = REWARD_CALL_TIMEOUT_S
