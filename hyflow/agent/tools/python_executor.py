@@ -56,7 +56,7 @@ class PythonToolConfig(ToolConfig):
     max_output_bytes: int = 4096  # stdout + stderr kept; the run is stopped once it prints more
     max_file_bytes: int = 16 * 2**20  # largest file the code may write in its working directory
     work_dir_mb: int = 64  # size of the private writable /tmp (bwrap)
-    max_processes: int = 16  # processes and threads the code may run at once (bwrap)
+    max_processes: int = 8  # processes and threads the code may run at once (bwrap)
 
     def sandbox_config(self) -> SandboxConfig:
         return SandboxConfig(
