@@ -29,6 +29,7 @@ import os
 import random
 import shutil
 import site
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -54,12 +55,14 @@ class SandboxUnavailableError(RuntimeError):
 
 @functools.cache
 def bwrap_options(bwrap: str) -> frozenset[str]:
-    """The options this `bwrap` knows (from its --help), so that newer ones are used only where they exist."""
+    """The options this `bwrap` knows (from its --help), so that newer ones are used only where they exist. A setuid
+    bwrap (privileged mode) is not offered `--disable-userns`: the seccomp filter denies nested namespaces there."""
     try:
         text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30).stdout
+        setuid = bool(os.stat(bwrap).st_mode & stat.S_ISUID)
     except (OSError, subprocess.SubprocessError):
         return frozenset()
-    return frozenset(word for word in text.split() if word.startswith("--"))
+    return frozenset(word for word in text.split() if word.startswith("--") and not (setuid and "userns" in word))
 
 
 def namespace_args(as_root: bool, options: frozenset[str] = frozenset()) -> list[str]:
@@ -86,7 +89,7 @@ def python_dirs(python: str = PYTHON) -> list[tuple[str, str]]:
     shown = ("/usr", *_HOST_TOP_DIRS)
     kept: list[str] = []
     for path in sorted(paths, key=len):
-        if os.path.isdir(path) and not any(_within(path, top) for top in (*shown, *kept)):
+        if path != "/" and os.path.isdir(path) and not any(_within(path, top) for top in (*shown, *kept)):
             kept.append(path)
     return [(os.path.realpath(path), path) for path in kept]
 
