@@ -3,14 +3,15 @@ runs in.
 
 `RLIMIT_AS` bounds each process alone; a cgroup bounds their sum (and the files the call writes to its tmpfs, whose
 pages are charged to it). Found once per process, in this order:
-- cgroup v2 (the unified hierarchy): hyflow's own cgroup already hands the `memory` controller to its children
-  (`cgroup.subtree_control`), as a root cgroup or a systemd unit with `Delegate=yes` does; limits: `memory.max`,
-  `memory.swap.max = 0`, `memory.oom.group = 1` (the OOM killer ends the whole call);
+- cgroup v2 (the unified hierarchy): hyflow's own cgroup, or its parent, already hands the `memory` controller to
+  its children (`cgroup.subtree_control`) and is writable, as the root cgroup or a delegated systemd slice is;
+  limits: `memory.max`, `memory.swap.max = 0`, `memory.oom.group = 1` (the OOM killer ends the whole call);
 - cgroup v1's memory hierarchy, writable (root on a host or container with cgroups v1 or hybrid); limits:
   `memory.limit_in_bytes` and, where swap is accounted, `memory.memsw.limit_in_bytes`.
 Neither (an ordinary user without delegation, a container with a read-only /sys/fs/cgroup): `find_memory_cgroup()`
 is None and the call is bounded only by its rlimits (see `docs/howto/tools.md`). hyflow never moves itself or
-enables controllers: it only creates, fills and removes children of its own cgroup, named `hyflow-sandbox-*`.
+enables controllers: it only creates, fills and removes cgroups named `hyflow-sandbox-*` there; a trial one at
+start-up checks that this works, a shell moving itself in included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import functools
 import logging
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +30,8 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 _REMOVE_SECONDS = 5.0  # how long the dying processes of a call may take to leave its cgroup
+# `sh -c JOIN_AND_EXEC CGROUP_PROCS PROGRAM ARGS...`: the shell moves itself into the cgroup, then becomes PROGRAM
+JOIN_AND_EXEC = 'echo $$ > "$0" && exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -72,20 +76,23 @@ def _own_cgroups() -> dict[str, str]:
 
 
 def _candidates() -> Iterator[MemoryCgroup]:
-    """Parents that could hold per-call memory cgroups: own v2 cgroup with memory delegated, then own v1 memory one."""
+    """Parents that could hold per-call memory cgroups: own v2 cgroup, or its parent, when it hands `memory` to its
+    children; then own v1 memory cgroup."""
     own = _own_cgroups()
     for mount_point, root, fs_type, options in _mounts():
         if fs_type == "cgroup2" and "" in own:
-            parent = _under(mount_point, root, own[""])
-            with contextlib.suppress(OSError):
-                if "memory" in (parent / "cgroup.subtree_control").read_text().split():
-                    yield MemoryCgroup(parent, 2)
+            mine = _under(mount_point, root, own[""])
+            for parent in dict.fromkeys([mine, mine.parent if mine != Path(mount_point) else mine]):
+                with contextlib.suppress(OSError):
+                    if "memory" in (parent / "cgroup.subtree_control").read_text().split():
+                        yield MemoryCgroup(parent, 2)
         elif fs_type == "cgroup" and "memory" in options.split(",") and "memory" in own:
             yield MemoryCgroup(_under(mount_point, root, own["memory"]), 1)
 
 
 def _works(candidate: MemoryCgroup) -> bool:
-    """Whether a child cgroup can be made and capped under `candidate` (a trial child, removed again)."""
+    """Whether a child cgroup can be made and capped under `candidate`, and a shell moved into it, as for a call
+    (a trial child, removed again)."""
     trial = candidate.parent / f"hyflow-sandbox-probe-{uuid.uuid4().hex[:8]}"
     try:
         trial.mkdir()
@@ -93,12 +100,12 @@ def _works(candidate: MemoryCgroup) -> bool:
         return False
     try:
         _write_limits(trial, candidate, 64 * 2**20)
-        return True
-    except OSError:
+        command = ["/bin/sh", "-c", JOIN_AND_EXEC, str(trial / "cgroup.procs"), "/bin/true"]
+        return subprocess.run(command, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
         return False
     finally:
-        with contextlib.suppress(OSError):
-            trial.rmdir()
+        remove_call_cgroup(trial)
 
 
 @functools.cache

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hyflow.sandbox.bwrap import WORK_DIR, bwrap_options, find_bwrap, sandbox_command, seccomp_args
-from hyflow.sandbox.cgroup import create_call_cgroup, find_memory_cgroup, oom_killed, remove_call_cgroup
+from hyflow.sandbox.cgroup import JOIN_AND_EXEC, create_call_cgroup, find_memory_cgroup, oom_killed, remove_call_cgroup
 from hyflow.sandbox.config import SandboxConfig, rlimits
 
 _DRAIN_SECONDS = 5.0  # after the kill: how long the pipes may take to report their end
@@ -135,7 +135,7 @@ async def _run_bwrap(
         file_args = [a for fd, name in staged for a in ("--perms", "0644", "--file", str(fd), f"{WORK_DIR}/{name}")]
         command = sandbox_command(bwrap, config, argv, [*file_args, *seccomp, "--info-fd", str(write_info)])
         if call_cgroup is not None:
-            command = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(call_cgroup / "cgroup.procs"), *command]
+            command = ["/bin/sh", "-c", JOIN_AND_EXEC, str(call_cgroup / "cgroup.procs"), *command]
         fds = [fd for fd, _ in staged] + seccomp_fds + [write_info]
         try:
             try:
