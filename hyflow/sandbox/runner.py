@@ -3,7 +3,9 @@
     result = await run_in_sandbox([PYTHON, "-I", "main.py"], config, files={"main.py": code}, stdin=b"3 4\\n")
     result.stdout, result.exit_code, result.timed_out
 
-`files` are written into the work directory before the program starts (it runs there). With `sandbox="none"` the
+`files` are written into the work directory before the program starts (it runs there). Where a memory cgroup can be
+made (`hyflow.sandbox.cgroup`), each call gets a fresh one capped at `memory_limit_mb + work_dir_mb` for all its
+processes together, removed after the call; `result.out_of_memory` says the cap was hit. With `sandbox="none"` the
 program runs as a plain subprocess in a temporary directory, with the same rlimits except RLIMIT_NPROC (which
 would count every process of the user) and inside `unshare -rn` when the host allows it: no isolation.
 """
