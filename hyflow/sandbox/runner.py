@@ -3,7 +3,9 @@
     result = await run_in_sandbox([PYTHON, "-I", "main.py"], config, files={"main.py": code}, stdin=b"3 4\\n")
     result.stdout, result.exit_code, result.timed_out
 
-`files` are written into the work directory before the program starts (it runs there). With `sandbox="none"` the
+`files` are written into the work directory before the program starts (it runs there). Where a memory cgroup can be
+made (`hyflow.sandbox.cgroup`), each call gets a fresh one capped at `memory_limit_mb + work_dir_mb` for all its
+processes together, removed after the call; `result.out_of_memory` says the cap was hit. With `sandbox="none"` the
 program runs as a plain subprocess in a temporary directory, with the same rlimits except RLIMIT_NPROC (which
 would count every process of the user) and inside `unshare -rn` when the host allows it: no isolation.
 """
@@ -19,16 +21,15 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyflow.sandbox.bwrap import LAUNCHER_SOURCE, WORK_DIR, filesystem_args, find_bwrap, namespace_args, sandbox_uid
-from hyflow.sandbox.config import SandboxConfig
+from hyflow.sandbox.bwrap import WORK_DIR, bwrap_options, find_bwrap, sandbox_command, seccomp_args
+from hyflow.sandbox.cgroup import JOIN_AND_EXEC, create_call_cgroup, find_memory_cgroup, oom_killed, remove_call_cgroup
+from hyflow.sandbox.config import SandboxConfig, rlimits
 
-PYTHON = sys.executable  # the interpreter programs run with; the sandbox sees its installation read-only
 _DRAIN_SECONDS = 5.0  # after the kill: how long the pipes may take to report their end
 # One thread per math library: a pool of one thread per host core would run into RLIMIT_NPROC.
 _THREADS = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -46,20 +47,13 @@ class SandboxResult:
     exit_code: int | None
     timed_out: bool = False
     output_truncated: bool = False
+    out_of_memory: bool = False  # the whole-call memory cap (a cgroup, where there is one) was reached
 
 
-def rlimits(config: SandboxConfig, with_nproc: bool) -> dict[str, int]:
-    """The resource limits of a run, by `resource` constant name."""
-    limits = {
-        "RLIMIT_CPU": config.cpu_seconds,
-        "RLIMIT_AS": config.memory_limit_mb * 2**20,
-        "RLIMIT_FSIZE": config.max_file_bytes,
-        "RLIMIT_NOFILE": config.max_open_files,
-        "RLIMIT_CORE": 0,
-    }
-    if with_nproc:
-        limits["RLIMIT_NPROC"] = config.max_processes
-    return limits
+def call_memory_cap_bytes(config: SandboxConfig) -> int:
+    """The cap on the memory of all processes of one call together, with the files of its work dir, where a memory
+    cgroup is available: one process's limit plus the work dir."""
+    return (config.memory_limit_mb + config.work_dir_mb) * 2**20
 
 
 def _set_rlimits(limits: dict[str, int]) -> None:
@@ -116,18 +110,38 @@ async def run_in_sandbox(
     if config.sandbox == "none":
         return await _run_unsandboxed(argv, config, files, stdin, merge_stderr)
     bwrap = find_bwrap()
-    as_root = os.geteuid() == 0
-    spec = json.dumps({"uid": sandbox_uid() if as_root else None, "rlimits": rlimits(config, with_nproc=True)})
-    with _memfds(files) as staged:
+    cgroup = find_memory_cgroup()
+    call_cgroup = create_call_cgroup(cgroup, call_memory_cap_bytes(config)) if cgroup else None
+    try:
+        result = await _run_bwrap(bwrap, argv, config, files, stdin, merge_stderr, call_cgroup)
+        result.out_of_memory = call_cgroup is not None and oom_killed(call_cgroup)
+        return result
+    finally:
+        if call_cgroup is not None:
+            await asyncio.to_thread(remove_call_cgroup, call_cgroup)
+
+
+async def _run_bwrap(
+    bwrap: str,
+    argv: Sequence[str],
+    config: SandboxConfig,
+    files: dict[str, str | bytes],
+    stdin: bytes,
+    merge_stderr: bool,
+    call_cgroup: Path | None,
+) -> SandboxResult:
+    """One bwrap run; with `call_cgroup`, bwrap starts in it (a shell writes its own pid there, then execs bwrap),
+    so every process of the call is counted against its cap."""
+    with _memfds(files) as staged, seccomp_args(bwrap_options(bwrap)) as (seccomp, seccomp_fds):
         read_info, write_info = os.pipe()
         file_args = [a for fd, name in staged for a in ("--perms", "0644", "--file", str(fd), f"{WORK_DIR}/{name}")]
-        command = [
-            bwrap, *namespace_args(as_root), *filesystem_args(config.work_dir_mb), *file_args,
-            "--info-fd", str(write_info), "--", PYTHON, "-I", "-S", "-c", LAUNCHER_SOURCE, spec, *argv,
-        ]  # fmt: skip
+        command = sandbox_command(bwrap, config, argv, [*file_args, *seccomp, "--info-fd", str(write_info)])
+        if call_cgroup is not None:
+            command = ["/bin/sh", "-c", JOIN_AND_EXEC, str(call_cgroup / "cgroup.procs"), *command]
+        fds = [fd for fd, _ in staged] + seccomp_fds + [write_info]
         try:
             try:
-                process = await _spawn(command, merge_stderr, pass_fds=[fd for fd, _ in staged] + [write_info])
+                process = await _spawn(command, merge_stderr, pass_fds=fds)
             finally:
                 os.close(write_info)
             info = asyncio.ensure_future(asyncio.to_thread(_read_child_pid, read_info))

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from hyflow.sandbox import PYTHON, SandboxConfig, run_in_sandbox_sync
+from hyflow.sandbox.cgroup import find_memory_cgroup
+from hyflow.sandbox.seccomp import denied_syscalls
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,6 +145,77 @@ def test_a_fork_bomb_is_bounded_by_the_process_limit():
 def test_a_10_gib_allocation_fails():
     output = run("block = bytearray(10 * 2**30)\nprint('allocated')", memory_limit_mb=512)
     assert "MemoryError" in output and "allocated" not in output
+
+
+FORK_FOUR_CHILDREN_OF_80_MB = """
+    import os, select
+    children, (ready_r, ready_w), (go_r, go_w) = [], os.pipe(), os.pipe()
+    for _ in range(4):
+        if (pid := os.fork()) == 0:  # each child holds 80 MB, under its own 128 MB address-space limit
+            os.close(go_w)
+            block = b"x" * (80 * 2**20)
+            os.write(ready_w, b"r")
+            os.read(go_r, 1)
+            os._exit(0)
+        children.append(pid)
+    os.close(go_r)
+    ready, ended = 0, {}
+    while ready + len(ended) < len(children):  # until each child holds its block or has died
+        if select.select([ready_r], [], [], 0.05)[0]:
+            ready += len(os.read(ready_r, 64))
+        ended.update((pid, status) for pid in children if pid not in ended
+                     for done, status in [os.waitpid(pid, os.WNOHANG)] if done)
+    os.close(go_w)
+    ended.update((pid, os.waitpid(pid, 0)[1]) for pid in children if pid not in ended)
+    print("killed", sum(os.WIFSIGNALED(status) for status in ended.values()), "of 4")
+"""
+
+
+def test_children_each_under_the_memory_limit_are_stopped_by_the_cap_on_the_whole_call():
+    assert find_memory_cgroup() is not None, (
+        "this machine gives hyflow no writable memory cgroup (see hyflow.sandbox.cgroup): run the tests as root, or "
+        "in a cgroup whose memory controller is delegated"
+    )
+    config = SandboxConfig(time_limit=20, memory_limit_mb=128, work_dir_mb=1)
+    code = textwrap.dedent(FORK_FOUR_CHILDREN_OF_80_MB)
+    result = run_in_sandbox_sync([PYTHON, "-I", "-c", code], config, merge_stderr=True)
+    killed = int(result.stdout.decode().split("killed")[1].split()[0])
+    assert killed >= 2 and result.out_of_memory, result  # 4 x 80 MB held at once cannot fit in 128 + 1 MB
+
+
+def test_a_nested_user_or_mount_namespace_cannot_be_made():
+    output = run("""
+        import subprocess
+        for flags in ['-U', '-Urm', '-Urn']:
+            done = subprocess.run(['unshare', flags, 'true'], capture_output=True, text=True)
+            print(flags, done.returncode, done.stderr.strip())
+    """)
+    lines = output.splitlines()
+    assert len(lines) == 3 and all(line.split()[1] == "1" and "unshare failed" in line for line in lines), output
+
+
+def test_the_kernel_keyring_is_refused_by_the_seccomp_filter():
+    keyctl = denied_syscalls()["keyctl"]
+    output = run(f"""
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(libc.syscall({keyctl}, 0, -3, 0), os.strerror(ctypes.get_errno()))  # KEYCTL_GET_KEYRING_ID, session
+    """)
+    assert output == "-1 Operation not permitted\n", output
+
+
+def test_threads_forks_and_subprocesses_still_work_under_the_seccomp_filter():
+    output = run("""
+        import os, subprocess, threading
+        thread = threading.Thread(target=print, args=('thread',))
+        thread.start()
+        thread.join()
+        if os.fork() == 0:
+            os._exit(7)
+        print('fork', os.WEXITSTATUS(os.wait()[1]))
+        print(subprocess.run(['echo', 'subprocess'], capture_output=True, text=True).stdout.strip())
+    """)
+    assert output.split() == ["thread", "fork", "7", "subprocess"], output
 
 
 def _processes_with(marker: str) -> list[str]:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from hyflow.sandbox import PYTHON, SandboxConfig, SandboxUnavailableError, run_in_sandbox_sync
+from hyflow.sandbox import PYTHON, SandboxConfig, SandboxUnavailableError, run_in_sandbox_sync, runner
+from hyflow.sandbox.cgroup import create_call_cgroup, find_memory_cgroup
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,3 +42,17 @@ def test_a_bwrap_that_cannot_create_namespaces_is_reported_with_its_complaint(mo
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SandboxUnavailableError, match=r"cannot start a sandbox here \(bwrap: No permissions"):
         run_in_sandbox_sync([PYTHON, "-c", "pass"], SandboxConfig())
+
+
+@pytest.mark.parametrize("code", ["print('done')", "import time\ntime.sleep(30)"], ids=["ends", "times-out"])
+def test_a_call_gets_its_own_memory_cgroup_and_leaves_none_behind(code, monkeypatch):
+    assert find_memory_cgroup() is not None, "no writable memory cgroup on this machine (see hyflow.sandbox.cgroup)"
+    made = []
+
+    def create_and_record(*args):
+        made.append(create_call_cgroup(*args))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "create_call_cgroup", create_and_record)
+    result = run_in_sandbox_sync([PYTHON, "-c", f"print('started', flush=True)\n{code}"], SandboxConfig(time_limit=2))
+    assert len(made) == 1 and not made[0].exists() and result.stdout.startswith(b"started")

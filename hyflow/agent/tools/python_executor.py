@@ -3,13 +3,16 @@
 Each call runs `python -I main.py` in a fresh sandbox: no network, no other process or file of the host visible,
 a read-only system, a private size-capped `/tmp` as the only writable path (its working directory), rlimits for
 CPU time (`time_limit` rounded up, + 1 s), address space (`memory_limit_mb`), file size (`max_file_bytes`), open
-files and processes (`max_processes`), and a wall-clock limit `time_limit` that kills every process the code
-started. stdout and stderr come back together, capped at `max_output_bytes` (the run is stopped beyond it). See
-`hyflow.sandbox` for what this does and does not protect against.
+files and processes (`max_processes`), one memory cap on the whole call where a memory cgroup can be made
+(`memory_limit_mb + work_dir_mb`; else up to `max_processes x memory_limit_mb`), a seccomp filter, and a wall-clock
+limit `time_limit` that kills every process the code started. stdout and stderr come back together, capped at
+`max_output_bytes` (the run is stopped beyond it). See `hyflow.sandbox` for what this does and does not protect
+against.
 
-No working `bwrap` on the machine: the tool refuses to start and says how to install bubblewrap. `sandbox: none`
-(unsafe: trusted code only) runs the code as a plain limited subprocess with an audit hook (PEP 578) refusing
-sockets and child processes, which plain Python can switch off.
+No working `bwrap` on the machine, or one in which this interpreter does not run (checked at start-up): the tool
+refuses to start and says what is wrong and how to fix it. `sandbox: none` (unsafe: trusted code only) runs the code
+as a plain limited subprocess with an audit hook (PEP 578) refusing sockets and child processes, which plain Python
+can switch off.
 
     tools:
       - class_name: python
@@ -56,7 +59,7 @@ class PythonToolConfig(ToolConfig):
     max_output_bytes: int = 4096  # stdout + stderr kept; the run is stopped once it prints more
     max_file_bytes: int = 16 * 2**20  # largest file the code may write in its working directory
     work_dir_mb: int = 64  # size of the private writable /tmp (bwrap)
-    max_processes: int = 16  # processes and threads the code may run at once (bwrap)
+    max_processes: int = 8  # processes and threads the code may run at once (bwrap)
 
     def sandbox_config(self) -> SandboxConfig:
         return SandboxConfig(
