@@ -25,7 +25,8 @@ import torch
 from PIL import Image
 
 from hyflow.agent.chat import render
-from hyflow.data.multimodal import decode_image, expand_vision_pads, image_features, process_prompt, to_content_parts
+from hyflow.data.images import decode_image
+from hyflow.data.multimodal import expand_vision_pads, image_features, process_prompt, to_content_parts
 from hyflow.data.schema import RowError
 from hyflow.data.video import Video, decode_video, video_features
 

@@ -27,6 +27,7 @@ from hyflow.algorithms.rollout_correction import (
     parse_rejection_rules,
     rejection_mask,
     rollout_is_weights,
+    threshold_hits,
 )
 
 __all__ = [
@@ -284,7 +285,8 @@ def compute_policy_loss_reinforce_is(
     `loss_agg_mode` still counts it). Weights and mask come from `hyflow.algorithms.rollout_correction`, with
     `rollout_is_batch_normalize` over this micro-batch. The settings are the `rollout_correction` keyword (a
     `RolloutCorrectionConfig`; the trainer sends it with the batch). Metrics: `ppo_kl`, `pg_clipfrac` (tokens whose
-    weight was truncated), and the mean-type `rollout_corr/*` metrics of π_θ against π_old.
+    weight the threshold truncated, or zeroed with IcePop bounds), and the mean-type `rollout_corr/*` metrics of π_θ
+    against π_old.
     """
     settings = kwargs.get("rollout_correction")
     if settings is None:
@@ -310,7 +312,7 @@ def compute_policy_loss_reinforce_is(
         scale = scale * kept
     pg_losses = -scale * advantages * log_prob
     log_ratio = clamp_log_ratio(current - old_log_prob)
-    truncated = None if threshold is None else torch.exp(log_ratio) > threshold
+    truncated = None if threshold is None else threshold_hits(log_ratio, threshold)
     metrics = policy_loss_metrics(response_mask, -log_ratio, clipped=truncated)
     correction = correction_metrics(current, old_log_prob, response_mask, weights, kept, threshold)
     correction.pop("rollout_corr/is_weight_max", None)  # the actor averages loss metrics over micro-batches

@@ -31,6 +31,7 @@ from hyflow.algorithms.masked import masked_mean
 from hyflow.algorithms.rollout_correction import (
     LOG_RATIO_BOUND,
     RS_OPTIONS,
+    parse_is_threshold,
     parse_rejection_rules,
     rejection_mask,
     rejection_statistic,
@@ -54,25 +55,6 @@ def _floats(metrics: dict[str, torch.Tensor | float]) -> dict[str, float]:
     names = [name for name, value in metrics.items() if isinstance(value, torch.Tensor)]
     values = torch.stack([metrics[name].detach().float().reshape(()) for name in names]).tolist() if names else []
     return {**metrics, **dict(zip(names, values, strict=True))}
-
-
-def parse_is_threshold(threshold: str | float) -> tuple[float, float | None]:
-    """(upper, lower) of an IS threshold: a number (truncate at it: TIS) or `"lower_upper"` (IcePop)."""
-    if isinstance(threshold, bool):
-        raise TypeError(f"rollout_is_threshold={threshold!r} must be a number or 'lower_upper', not a boolean.")
-    if not isinstance(threshold, int | float | str):
-        raise TypeError(f"rollout_is_threshold={threshold!r} must be a number or a 'lower_upper' string.")
-    parts = str(threshold).strip().split("_")
-    try:
-        bounds = [float(part) for part in parts]
-    except ValueError:
-        bounds = []
-    if len(bounds) not in (1, 2) or not all(bound > 0 for bound in bounds) or bounds[0] > bounds[-1]:
-        raise ValueError(
-            f"rollout_is_threshold={threshold!r}: use one positive upper bound (e.g. 2.0: truncated IS) or "
-            "'lower_upper' with 0 < lower <= upper (e.g. '0.5_5.0': IcePop)."
-        )
-    return bounds[-1], bounds[0] if len(bounds) == 2 else None
 
 
 def compute_is_metrics(
@@ -163,20 +145,12 @@ def _is_weights(
     threshold: str | float,
     batch_normalize: bool,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The IS weights (TIS, or IcePop for a 'lower_upper' threshold) and their metrics."""
+    """The IS weights (TIS, or IcePop for a 'lower_upper' threshold: `rollout_is_weights`) and their metrics."""
     if level not in ("token", "sequence"):
         raise ValueError(f"rollout_is={level!r} is not a level; use 'token', 'sequence' or None.")
     upper, lower = parse_is_threshold(threshold)
     raw = rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, level, threshold=math.inf)
-    if lower is None:
-        weights = rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, level, upper, batch_normalize)
-    elif batch_normalize:
-        raise ValueError(
-            f"rollout_is_threshold={threshold!r} (IcePop) with rollout_is_batch_normalize=True is not supported. "
-            "Fix: use one upper bound (truncated IS) with batch normalisation, or switch normalisation off."
-        )
-    else:
-        weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+    weights = rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, level, threshold, batch_normalize)
     log_ratio = (old_log_prob - rollout_log_prob) * response_mask
     log_ratio_for_metrics = log_ratio if level == "token" else log_ratio.sum(dim=-1, keepdim=True)
     metrics = compute_is_metrics(weights, raw, log_ratio_for_metrics, response_mask, level, upper, lower)

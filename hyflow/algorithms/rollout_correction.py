@@ -14,7 +14,15 @@ off-policy RL training"; Liu, Li et al. 2025 "When speed kills stability"):
     token:     w_t = min(exp(log r_t), C)
     sequence:  w_t = min(exp(Σ_s m_s · log r_s), C)      (the same weight on every token of the response)
 
-with log-ratios bounded to ±20 before the exponent, C = `threshold`, and w = 0 on padding. Rejection sampling
+with log-ratios bounded to ±20 before the exponent, C = `threshold`, and w = 0 on padding. A threshold
+`"L_C"` masks instead of truncating (masked IS, IcePop: Ling Team 2025, "Every Step Evolves: Scaling Reinforcement
+Learning for Trillion-Scale Thinking Model"; verl's `rollout_is_threshold="lower_upper"`):
+
+    token:     w_t = r_t · 1[L ≤ r_t ≤ C]                (a token whose ratio leaves the band adds 0 to the loss)
+    sequence:  w_t = ρ · 1[L ≤ ρ ≤ C],  ρ = exp(Σ_s m_s · log r_s)
+
+so a token on which the two policies disagree by more than the band allows gets no gradient at all, where TIS would
+still push it with weight C. Rejection sampling
 (masked IS, MIS) drops whole tokens or responses whose divergence is out of bounds, with the per-token estimators
 k1 = −log r (bounds on r itself: lower ≤ r ≤ upper), k2 = ½ (log r)², k3 = r − 1 − log r, aggregated per response
 by sum, mean or max. These are the `algorithm.rollout_correction.*` options verl uses, under the same names.
@@ -32,10 +40,12 @@ from hyflow.algorithms.masked import masked_mean
 __all__ = [
     "RejectionRule",
     "correction_metrics",
+    "parse_is_threshold",
     "parse_rejection_rules",
     "rejection_mask",
     "rejection_statistic",
     "rollout_is_weights",
+    "threshold_hits",
 ]
 
 LOG_RATIO_BOUND = 20.0  # exp(±20) ≈ 5e8 / 2e-9: the weights stay finite in fp32
@@ -47,19 +57,49 @@ RS_OPTIONS = (
 )  # fmt: skip
 
 
+def parse_is_threshold(threshold: float | str) -> tuple[float, float | None]:
+    """(C, L) of an IS threshold: a number C truncates the weights at C (TIS; L is None), a string `"L_C"` zeroes
+    the weights whose ratio lies outside [L, C] (IcePop). A number given as a string ("2.0") is a number."""
+    key = "algorithm.rollout_correction.rollout_is_threshold"
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float | str):
+        raise TypeError(
+            f"{key}={threshold!r} is a {type(threshold).__name__}. Fix: give a number (e.g. 2.0: truncated IS) or a "
+            "'lower_upper' string (e.g. '0.5_5.0': IcePop)."
+        )
+    try:
+        bounds = [float(part) for part in str(threshold).strip().split("_")]
+    except ValueError:
+        bounds = []
+    if len(bounds) == 1 and bounds[0] > 0:
+        return bounds[0], None
+    if len(bounds) == 1:
+        raise ValueError(
+            f"{key}={threshold!r} must be positive (it is the upper bound C of the IS weight). Fix: set it above 0, "
+            "e.g. 2.0 (verl's default), or give 'lower_upper' bounds such as '0.5_5.0' (IcePop)."
+        )
+    if len(bounds) != 2 or not 0 < bounds[0] <= bounds[1]:
+        raise ValueError(
+            f"{key}={threshold!r} is neither a positive number nor 'lower_upper' bounds with 0 < lower <= upper. "
+            "Fix: use e.g. 2.0 (truncated IS) or '0.5_5.0' (IcePop: the weights of ratios outside the band are 0)."
+        )
+    return bounds[1], bounds[0]
+
+
 def rollout_is_weights(
     target_log_probs: torch.Tensor,
     behaviour_log_probs: torch.Tensor,
     response_mask: torch.Tensor,
     level: Literal["token", "sequence"],
-    threshold: float,
+    threshold: float | str,
     batch_normalize: bool = False,
 ) -> torch.Tensor:
-    """Truncated IS weights (B, T) of π_target / π_behaviour (formulas in the module docstring).
+    """IS weights (B, T) of π_target / π_behaviour, truncated at a number `threshold` C (TIS) or masked outside the
+    band of a `"L_C"` threshold (IcePop); formulas in the module docstring.
 
-    `batch_normalize` rescales the truncated weights to mean 1 over the batch's tokens (token level) or over its
-    responses (sequence level), after truncation.
+    `batch_normalize` rescales the weights to mean 1 over the batch's tokens (token level) or over its responses
+    (sequence level), after truncation or masking.
     """
+    upper, lower = parse_is_threshold(threshold)
     mask = response_mask.to(target_log_probs.dtype)
     log_ratio = (target_log_probs - behaviour_log_probs) * mask
     if level == "token":
@@ -71,7 +111,11 @@ def rollout_is_weights(
         raise ValueError(
             f"algorithm.rollout_correction.rollout_is={level!r} is not a level; use 'token', 'sequence' or null."
         )
-    weights = weights.clamp(max=threshold) * mask
+    if lower is None:
+        weights = weights.clamp(max=upper)
+    else:
+        weights = torch.where((weights >= lower) & (weights <= upper), weights, torch.zeros_like(weights))
+    weights = weights * mask
     if batch_normalize:
         if level == "token":
             mean = masked_mean(weights, mask)
@@ -80,6 +124,14 @@ def rollout_is_weights(
             mean = weights.max(dim=-1).values[has_tokens].mean()
         weights = weights / mean.clamp_min(1e-8)
     return weights.detach()
+
+
+def threshold_hits(log_ratio: torch.Tensor, threshold: float | str) -> torch.Tensor:
+    """Where an IS threshold acts on a token's ratio r = exp(log_ratio) (B, T bool): r > C for a number C (TIS
+    truncates it), r outside [L, C] for `"L_C"` (IcePop zeroes it)."""
+    upper, lower = parse_is_threshold(threshold)
+    ratio = torch.exp(log_ratio)
+    return ratio > upper if lower is None else (ratio < lower) | (ratio > upper)
 
 
 @dataclass(frozen=True)
@@ -181,13 +233,13 @@ def correction_metrics(
     response_mask: torch.Tensor,
     weights: torch.Tensor | None,
     kept_mask: torch.Tensor | None,
-    threshold: float | None,
+    threshold: float | str | None,
 ) -> dict[str, torch.Tensor]:
     """How far the behaviour policy is from the target, and what the correction did (0-d tensors, no host sync):
 
     `rollout_corr/kl_k1` = mean −log r and `kl_k3` = mean (r − 1 − log r) over response tokens (estimates of
-    KL(behaviour ‖ target)); `is_weight_{mean,max}`, `is_clipped_fraction` (tokens whose raw ratio exceeded the
-    threshold, at token level); `rejected_token_fraction`.
+    KL(behaviour ‖ target)); `is_weight_{mean,max}`, `is_clipped_fraction` (tokens whose raw ratio the threshold
+    acted on, at token level: above C with TIS, outside [L, C] with IcePop); `rejected_token_fraction`.
     """
     mask = response_mask.to(target_log_probs.dtype)
     log_ratio = (target_log_probs - behaviour_log_probs).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
@@ -199,7 +251,8 @@ def correction_metrics(
         metrics["rollout_corr/is_weight_mean"] = masked_mean(weights, mask)
         metrics["rollout_corr/is_weight_max"] = (weights * mask).max()
         if threshold is not None:
-            metrics["rollout_corr/is_clipped_fraction"] = masked_mean((torch.exp(log_ratio) > threshold).to(mask), mask)
+            hits = threshold_hits(log_ratio, threshold)
+            metrics["rollout_corr/is_clipped_fraction"] = masked_mean(hits.to(mask), mask)
     if kept_mask is not None:
         metrics["rollout_corr/rejected_token_fraction"] = 1.0 - kept_mask.to(mask).sum() / mask.sum().clamp_min(1.0)
     return {name: value.detach() for name, value in metrics.items()}

@@ -50,7 +50,9 @@ class RolloutCorrectionConfig:
     """
 
     rollout_is: Literal["token", "sequence"] | None = None  # truncated IS weights per token or per response; null: off
-    rollout_is_threshold: float = 2.0  # upper bound C of the IS weight (> 0)
+    # upper bound C of the IS weight (> 0, truncated IS), or "lower_upper" (e.g. "0.5_5.0"): a weight whose ratio
+    # lies outside [lower, upper] is 0, the token masked out of the loss (IcePop)
+    rollout_is_threshold: float | str = 2.0
     rollout_is_batch_normalize: bool = False  # rescale the truncated weights to mean 1 over the batch
     # Rejection (masked IS): comma-separated options among token_k1..k3, seq_sum_k1..k3, seq_mean_k1..k3,
     # seq_max_k2/k3; null: off.

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 
 from hyflow.config.algorithm import GROUP_ADV_ESTIMATORS
-from hyflow.config.async_training import check_async_training
+from hyflow.config.async_rules import check_async_training
 from hyflow.config.convert import fill_inherited
 from hyflow.config.files import check_paths, expand_user_paths
 from hyflow.config.ppo_trainer import PPOTrainerConfig

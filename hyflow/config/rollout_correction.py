@@ -2,8 +2,9 @@
 
 - Every correction compares with the engine's log-probs, so it needs `rollout.calculate_log_probs=True` (the
   loader does not switch it on behind your back: the key says what the batch carries).
-- `rollout_is_threshold` > 0; `rollout_rs` names known options and `rollout_rs_threshold` parses for them
-  (`hyflow.algorithms.rollout_correction.parse_rejection_rules`).
+- `rollout_is_threshold` is a number > 0 (truncated IS) or `"lower_upper"` bounds (IcePop); `rollout_rs` names
+  known options and `rollout_rs_threshold` parses for them (`hyflow.algorithms.rollout_correction`'s
+  `parse_is_threshold` and `parse_rejection_rules`).
 - Bypass mode skips the old-log-prob pass (π_old := π_rollout), so `actor.recompute_old_log_prob=True` contradicts
   it. With `loss_type=ppo_clip` the weight π_old/π_rollout is 1 by construction and PPO's clip against π_rollout
   is the correction, so `rollout_is` / `rollout_rs` have nothing to act on; `loss_type=reinforce` puts them in the
@@ -27,7 +28,7 @@ REINFORCE_LOSS = "reinforce_is"
 def check_rollout_correction(config: PPOTrainerConfig) -> list[str]:
     """The problems of `algorithm.rollout_correction` in `config`; selects the `reinforce_is` loss for bypass mode
     with `loss_type=reinforce`."""
-    from hyflow.algorithms.rollout_correction import parse_rejection_rules
+    from hyflow.algorithms.rollout_correction import parse_is_threshold, parse_rejection_rules
 
     correction = config.algorithm.rollout_correction
     if not correction.enabled:
@@ -41,11 +42,11 @@ def check_rollout_correction(config: PPOTrainerConfig) -> list[str]:
             "actor_rollout_ref.rollout.calculate_log_probs=False drops them. "
             "Fix: set actor_rollout_ref.rollout.calculate_log_probs=True."
         )
-    if correction.rollout_is is not None and not correction.rollout_is_threshold > 0:
-        problems.append(
-            f"{_KEY}.rollout_is_threshold={correction.rollout_is_threshold!r} must be positive (it is the upper bound "
-            f"of the IS weight). Fix: set it above 0, e.g. 2.0 (verl's default)."
-        )
+    if correction.rollout_is is not None:
+        try:
+            parse_is_threshold(correction.rollout_is_threshold)
+        except (TypeError, ValueError) as error:
+            problems.append(str(error))
     if correction.rollout_rs is not None:
         threshold = correction.rollout_rs_threshold
         try:  # the options are checked even without a threshold (1.0 is a valid bound for every option)

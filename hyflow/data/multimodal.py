@@ -10,47 +10,25 @@ for generation) and `multi_modal_inputs` ({"pixel_values": (N_patches, C*T*P*P),
 for the training forward), plus the prompt's token ids with each image expanded to its pad tokens (so length
 limits count image tokens). `mrope_position_ids` is Qwen2-VL's 3-row rotary index (temporal, height, width).
 
-Videos (`data.video_key`, decoded in `hyflow.data.video`) work alike: one "<video>" per video, their pad tokens
+One image entry is decoded in `hyflow.data.images` (which `hyflow.data.video` shares for its frames). Videos
+(`data.video_key`, decoded in `hyflow.data.video`) work alike: one "<video>" per video, their pad tokens
 expanded, `pixel_values_videos` / `video_grid_thw` beside the image inputs, and their blocks in the M-RoPE index
 (Qwen2-VL's: the temporal row counts temporal patches).
 """
 
 from __future__ import annotations
 
-import io
-import os
 import re
 from typing import Any
 
 import torch
 from PIL import Image
 
+from hyflow.data.images import decode_image
 from hyflow.data.schema import RowError
+from hyflow.data.video import video_features
 
 IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER = "<image>", "<video>"
-
-
-def decode_image(item: Any, error: RowError, column: str, position: int) -> Image.Image:
-    """One entry of a row's image list as an RGB PIL image: `{"bytes", "path"}`, a file path, or a PIL image."""
-    if isinstance(item, Image.Image):
-        return item.convert("RGB")
-    where = f"image {position}"
-    data, path = (item.get("bytes"), item.get("path")) if isinstance(item, dict) else (None, item)
-    if data is None:
-        if not isinstance(path, (str, os.PathLike)) or not path:
-            raise error(column, f"{where} is {item!r}", 'Store {"bytes": <encoded image>, "path": ...} or a file path.')
-        if not os.path.isfile(path):
-            raise error(column, f"{where}: the file {os.fspath(path)!r} does not exist", "Fix the path or embed bytes.")
-        with open(path, "rb") as f:
-            data = f.read()
-    try:
-        image = Image.open(io.BytesIO(data))
-        image.load()
-    except Exception as exc:  # Pillow raises several types for broken data
-        raise error(
-            column, f"{where} cannot be decoded ({exc})", "Store PNG/JPEG bytes (e.g. PIL's Image.save)."
-        ) from exc
-    return image.convert("RGB")
 
 
 def row_images(row: dict[str, Any], image_key: str, error: RowError) -> list[Image.Image]:
@@ -110,8 +88,6 @@ def process_prompt(
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     """(prompt ids with each image's and video's pad tokens expanded, multi_modal_inputs) of one chat-templated
     prompt: the text tokenized as is, then each single pad token repeated as the processor would expand it."""
-    from hyflow.data.video import video_features
-
     ids = list(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
     multi_modal_inputs = {**image_features(processor, images), **video_features(processor, videos or [])}
     return expand_vision_pads(processor, ids, [1] * len(ids), multi_modal_inputs)[0], multi_modal_inputs

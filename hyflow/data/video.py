@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from PIL import Image, ImageSequence
 
-from hyflow.data.multimodal import decode_image
+from hyflow.data.images import decode_image
 from hyflow.data.schema import RowError
 from hyflow.models.processor import video_tokens_per_second
 

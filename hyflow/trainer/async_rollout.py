@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hyflow import fields as F
-from hyflow.config.async_training import chunk_prompts_of
+from hyflow.config.async_rules import chunk_prompts_of
 from hyflow.protocol import DataProto
 from hyflow.trainer import stages
 from hyflow.trainer.agent_groups import AgentGroups

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDict
 
-from hyflow.protocol_values import DataProtoError
+from hyflow.protocol.values import DataProtoError
 
 __all__ = [
     "concat_nested_tensors",

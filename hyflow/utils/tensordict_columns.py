@@ -21,7 +21,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.tensorclass import NonTensorData, NonTensorStack
 
-from hyflow.protocol_values import DataProtoError, MissingKeyError, same_value
+from hyflow.protocol.values import DataProtoError, MissingKeyError, same_value
 from hyflow.utils.nested_tensors import nested_rows
 
 __all__ = [

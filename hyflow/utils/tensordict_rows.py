@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.tensorclass import NonTensorData
 
-from hyflow.protocol_values import DataProtoError
+from hyflow.protocol.values import DataProtoError
 from hyflow.utils.nested_tensors import concat_nested_tensors, nested_like, nested_rows
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Rollout correction: truncated IS weights and rejection masks equal a hand computation."""
+"""Rollout correction: truncated and IcePop-masked IS weights and rejection masks equal a hand computation."""
 
 import math
 
@@ -7,9 +7,11 @@ import torch
 
 from hyflow.algorithms.rollout_correction import (
     correction_metrics,
+    parse_is_threshold,
     parse_rejection_rules,
     rejection_mask,
     rollout_is_weights,
+    threshold_hits,
 )
 
 # Two responses of 3 tokens; the second has one padding token. Log-ratios log r = target − behaviour:
@@ -76,3 +78,55 @@ def test_correction_metrics_report_kl_estimates_weights_and_the_rejected_share()
     assert metrics["rollout_corr/is_clipped_fraction"].item() == pytest.approx(1 / 5)
     assert metrics["rollout_corr/rejected_token_fraction"].item() == pytest.approx(2 / 5)
     assert metrics["rollout_corr/is_weight_max"].item() == pytest.approx(2.0)
+
+
+def test_icepop_token_weights_are_the_ratio_inside_the_band_and_zero_outside():
+    weights = rollout_is_weights(TARGET, BEHAVIOUR, MASK, "token", threshold="0.5_2.0")
+    # ratios: e^0.5=1.65 e^-0.2=0.82 e^1.5=4.48 | e^0.1=1.11 e^-1=0.37 -> the third is above, the fifth below
+    expected = torch.tensor([[math.exp(0.5), math.exp(-0.2), 0.0], [math.exp(0.1), 0.0, 0.0]])
+    torch.testing.assert_close(weights, expected)
+
+
+def test_icepop_sequence_weights_zero_every_token_of_a_response_whose_product_leaves_the_band():
+    weights = rollout_is_weights(TARGET, BEHAVIOUR, MASK, "sequence", threshold="0.3_5.0")
+    # ρ: response 0 e^1.8 = 6.05 (above 5: zeroed), response 1 e^-0.9 = 0.41 (kept, not truncated)
+    second = math.exp(0.1 - 1.0)
+    torch.testing.assert_close(weights, torch.tensor([[0.0] * 3, [second, second, 0.0]]))
+
+
+def test_icepop_gives_a_masked_token_no_gradient_and_the_others_their_ratio():
+    log_prob = torch.zeros(2, 3, requires_grad=True)
+    weights = rollout_is_weights(TARGET, BEHAVIOUR, MASK, "token", threshold="0.5_2.0")
+    (-(weights * log_prob * MASK).sum()).backward()
+    assert log_prob.grad[0, 2].item() == 0.0 and log_prob.grad[1, 1].item() == 0.0
+    assert log_prob.grad[0, 0].item() == pytest.approx(-math.exp(0.5), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "expected"), [(2.0, (2.0, None)), ("2.0", (2.0, None)), ("0.5_5.0", (5.0, 0.5)), (3, (3.0, None))]
+)
+def test_an_is_threshold_is_a_truncation_bound_or_icepop_bounds(threshold, expected):
+    assert parse_is_threshold(threshold) == expected
+
+
+@pytest.mark.parametrize(
+    ("threshold", "error", "message"),
+    [
+        (0.0, ValueError, "must be positive"),
+        ("5.0_0.5", ValueError, "0 < lower <= upper"),
+        ("0_2", ValueError, "0 < lower <= upper"),
+        ("a_b", ValueError, "Fix: use e.g. 2.0"),
+        (True, TypeError, "is a bool"),
+    ],
+)
+def test_a_bad_is_threshold_names_the_key_and_the_fix(threshold, error, message):
+    with pytest.raises(error, match=message) as caught:
+        parse_is_threshold(threshold)
+    assert "algorithm.rollout_correction.rollout_is_threshold" in str(caught.value) and "Fix:" in str(caught.value)
+
+
+def test_with_icepop_bounds_the_clipped_fraction_counts_the_tokens_outside_the_band():
+    weights = rollout_is_weights(TARGET, BEHAVIOUR, MASK, "token", threshold="0.5_2.0")
+    metrics = correction_metrics(TARGET, BEHAVIOUR, MASK, weights, None, threshold="0.5_2.0")
+    assert metrics["rollout_corr/is_clipped_fraction"].item() == pytest.approx(2 / 5)
+    assert threshold_hits(torch.tensor([0.0, -1.0, 0.5, 1.0]), "0.5_2.0").tolist() == [False, True, False, True]

@@ -4,7 +4,7 @@ naming the keys and the fix."""
 import pytest
 
 from hyflow.config import ConfigError, load_config
-from hyflow.config.async_training import chunk_prompts_of
+from hyflow.config.async_rules import chunk_prompts_of
 
 SPLIT = ["trainer.placement=split", "trainer.device=cpu"]
 

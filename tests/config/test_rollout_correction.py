@@ -96,3 +96,10 @@ def test_settings_that_would_do_nothing_are_problems():
     assert "loss_type='ppo_clip'" in bypass_clip and "loss_type=reinforce" in bypass_clip
     (reinforce_alone,) = _problems([f"{KEY}.loss_type=reinforce"])
     assert "bypass_mode=False" in reinforce_alone
+
+
+def test_icepop_bounds_load_as_the_is_threshold_and_bad_bounds_are_a_problem_naming_the_key():
+    icepop = [LOG_PROBS, f"{KEY}.rollout_is=token", f"{KEY}.rollout_is_threshold='0.5_5.0'"]
+    assert load_config(icepop).algorithm.rollout_correction.rollout_is_threshold == "0.5_5.0"
+    (problem,) = _problems([LOG_PROBS, f"{KEY}.rollout_is=token", f"{KEY}.rollout_is_threshold='5.0_0.5'"])
+    assert f"{KEY}.rollout_is_threshold='5.0_0.5'" in problem and "Fix:" in problem

@@ -37,6 +37,19 @@ def test_decoupled_mode_adds_the_is_weights_of_old_against_rollout_and_folds_rej
     assert all(isinstance(value, float) for value in metrics.values())
 
 
+def test_decoupled_mode_with_icepop_bounds_zeroes_the_weights_of_ratios_outside_the_band():
+    correction = RolloutCorrectionConfig(rollout_is="token", rollout_is_threshold="0.5_1.5")
+    batch, metrics = correct(_batch(), correction)
+    weights = batch.batch[F.ROLLOUT_IS_WEIGHTS]
+    ratio = torch.exp(OLD - ROLLOUT)
+    # log r = -0.1, 0.9, 0 | -0.05, -0.02 | 0.4, -0.3, 0, -2.0: the tokens with log r = 0.9 and -2.0 leave [0.5, 1.5]
+    outside = MASK.bool() & ((ratio < 0.5) | (ratio > 1.5))
+    assert outside.sum() == 2 and torch.all(weights[outside] == 0)
+    torch.testing.assert_close(weights[MASK.bool() & ~outside], ratio[MASK.bool() & ~outside])
+    assert torch.equal(batch.batch[F.RESPONSE_MASK], MASK)
+    assert metrics["rollout_corr/is_clipped_fraction"] == pytest.approx(2 / 9)
+
+
 def test_on_policy_samples_get_weight_one_and_nothing_rejected():
     correction = RolloutCorrectionConfig(rollout_is="sequence", rollout_rs="seq_max_k2", rollout_rs_threshold=0.01)
     batch, metrics = correct(_batch(rollout=OLD), correction)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hyflow.protocol_values import DataProtoError
+from hyflow.protocol.values import DataProtoError
 from hyflow.utils import tensordict_utils as tu
 
 

@@ -1,4 +1,4 @@
-"""Tests for hyflow.protocol_future: DataProtoFuture collects, chunks, pickles and resolves Ray object refs."""
+"""Tests for hyflow.protocol.future: DataProtoFuture collects, chunks, pickles and resolves Ray object refs."""
 
 import ast
 import pickle
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import hyflow.protocol
-import hyflow.protocol_future
+import hyflow.protocol.future
 from hyflow.protocol import DataProto
-from hyflow.protocol_future import DataProtoFuture
+from hyflow.protocol.future import DataProtoFuture
 
 
 def make_proto(num_rows: int) -> DataProto:
@@ -27,12 +27,12 @@ def row_ids(data: DataProto) -> list[int]:
 
 
 def test_protocol_re_exports_the_same_future_class():
-    assert hyflow.protocol.DataProtoFuture is hyflow.protocol_future.DataProtoFuture
+    assert hyflow.protocol.DataProtoFuture is hyflow.protocol.future.DataProtoFuture
 
 
 def test_importing_the_future_module_first_works_and_does_not_import_ray():
     code = (
-        "import sys, hyflow.protocol_future as f; f.DataProtoFuture.concat([]); "
+        "import sys, hyflow.protocol.future as f; f.DataProtoFuture.concat([]); "
         "assert 'ray' not in sys.modules, 'ray was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -97,7 +97,7 @@ def test_future_resolves_real_ray_object_refs():
 
 
 def test_the_future_module_imports_nothing_of_the_protocol_module_that_re_exports_it():
-    tree = ast.parse(Path(hyflow.protocol_future.__file__).read_text())
+    tree = ast.parse(Path(hyflow.protocol.future.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert not {name for name in imported if name and name.startswith("hyflow")}

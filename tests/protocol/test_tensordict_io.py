@@ -1,4 +1,4 @@
-"""Tests for hyflow.protocol_io: DataProto <-> TensorDict, files, and verl's tensor serialisation helpers."""
+"""Tests for hyflow.protocol.tensordict_io: DataProto <-> TensorDict, files, and verl's tensor serialisation helpers."""
 
 import numpy as np
 import torch

@@ -6,8 +6,8 @@ batch never makes the round trip through the controller. On the controller, `.ge
 
 `futures` may hold Ray `ObjectRef`s (resolved with one `ray.get`), nested futures, or plain values. This module never
 imports Ray: an `ObjectRef` can only exist if someone else imported Ray already, and it imports nothing of
-`hyflow.protocol` (which re-exports it): a future's values are joined by their own type's `concat`. Import it as
-`from hyflow.protocol import DataProtoFuture` or from here.
+`hyflow.protocol.dataproto`: a future's values are joined by their own type's `concat`. Import it as
+`from hyflow.protocol import DataProtoFuture` (the package re-exports it).
 
 Example::
 
@@ -29,7 +29,7 @@ __all__ = ["DataProtoFuture"]
 
 class Batch(Protocol):
     """What a future resolves to: a `hyflow.protocol.DataProto` (named by its shape here, so that this module does
-    not import the one that re-exports it)."""
+    not import dataproto.py)."""
 
     def chunk(self, chunks: int) -> list[Batch]: ...
 

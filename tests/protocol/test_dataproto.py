@@ -1,4 +1,4 @@
-"""Tests for hyflow.protocol: DataProto operations, error messages, pickling (futures: see test_protocol_future)."""
+"""Tests for hyflow.protocol.dataproto: DataProto operations, error messages, pickling (futures: see test_future)."""
 
 import copy
 import pickle

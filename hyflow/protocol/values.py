@@ -1,6 +1,7 @@
 """Row values of a `DataProto`: conversion to object arrays, equality for `union`, row indexing, key checks.
 
-Private helpers of `hyflow.protocol`, kept apart so that file holds only the `DataProto` class itself.
+Private helpers of `hyflow.protocol.dataproto`, kept apart so that file holds only the `DataProto` class itself;
+`DataProtoError` and `Index` (what `DataProto[...]` takes) are public, re-exported by `hyflow.protocol`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import torch
 from tensordict import TensorDict
 
 from hyflow.fields import METRICS, TIMING, describe
+
+# What `DataProto[...]` takes: a row (int), a slice, a boolean mask or integer row indices.
+Index = int | slice | torch.Tensor | np.ndarray | Sequence[int] | Sequence[bool]
 
 
 class DataProtoError(ValueError, AssertionError):

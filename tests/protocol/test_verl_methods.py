@@ -1,4 +1,4 @@
-"""Tests for hyflow.protocol_verl (verl's DataProto methods): mini-batches, repeats, folding, column chunks."""
+"""Tests for hyflow.protocol.verl_methods (verl's DataProto methods): mini-batches, repeats, folding, column chunks."""
 
 import numpy as np
 import pytest

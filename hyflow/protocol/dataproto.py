@@ -8,8 +8,8 @@ A `DataProto` holds three things for B rows:
 
 Field names are listed, with shapes and meanings, in `hyflow.fields`. Worker groups split a `DataProto` into
 per-rank shards with `chunk`, and put the results back together with `concat`; `pad_to_divisor` / `unpad` make a
-batch divisible by the data-parallel size. `DataProtoFuture` (defined in `hyflow.protocol_future`, re-exported
-here) is a result that has not been collected yet.
+batch divisible by the data-parallel size. Import it from the package, `from hyflow.protocol import DataProto`;
+the package's other files are listed in `hyflow/protocol/__init__.py`.
 
 Example::
 
@@ -29,15 +29,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from hyflow.protocol_future import DataProtoFuture
-from hyflow.protocol_io import (
-    deserialize_single_tensor,
-    deserialize_tensordict,
-    serialize_single_tensor,
-    serialize_tensordict,
-)
-from hyflow.protocol_values import (
+from hyflow.protocol.values import (
     DataProtoError,
+    Index,
     check_concat_parts,
     check_keys,
     check_union,
@@ -45,28 +39,10 @@ from hyflow.protocol_values import (
     merge_meta_info,
     row_index,
     to_object_array,
-    union_numpy_dict,
-    union_tensor_dict,
 )
-from hyflow.protocol_verl import VerlDataProtoMethods, fold_batch_dim, unfold_batch_dim
+from hyflow.protocol.verl_methods import VerlDataProtoMethods
 
-__all__ = [
-    "AUTO_PADDING_KEY",
-    "DataProto",
-    "DataProtoConfig",
-    "DataProtoError",
-    "DataProtoFuture",
-    "deserialize_single_tensor",
-    "deserialize_tensordict",
-    "fold_batch_dim",
-    "pad_dataproto_to_divisor",
-    "serialize_single_tensor",
-    "serialize_tensordict",
-    "unfold_batch_dim",
-    "union_numpy_dict",
-    "union_tensor_dict",
-    "unpad_dataproto",
-]
+__all__ = ["AUTO_PADDING_KEY", "DataProto", "DataProtoConfig", "pad_dataproto_to_divisor", "unpad_dataproto"]
 
 # meta_info flag (verl's name) that lets `chunk` cut rows that do not divide into near-equal parts.
 AUTO_PADDING_KEY = "_verl_auto_padding"
@@ -77,9 +53,6 @@ class DataProtoConfig:
     every DataProto of this process (not only those built with `auto_padding=True`)."""
 
     auto_padding: bool = False
-
-
-Index = int | slice | torch.Tensor | np.ndarray | Sequence[int] | Sequence[bool]
 
 
 @dataclass(eq=False)

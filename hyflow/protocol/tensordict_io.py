@@ -1,7 +1,7 @@
 """DataProto in other containers: a `tensordict.TensorDict` with non-tensor stacks, bytes for transport, a file.
 
-Private helpers of `hyflow.protocol` (the `DataProto` methods `to_tensordict`, `from_tensordict`, `save_to_disk`,
-`load_from_disk` call them), plus verl's serialisation helpers under verl's names so ported code keeps working:
+Private helpers of the `DataProto` methods `to_tensordict` and `from_tensordict` (verl_methods.py), plus verl's
+serialisation helpers under verl's names so ported code keeps working:
 
     dtype, shape, data = serialize_single_tensor(t)          # data: the raw bytes as a uint8 numpy array
     t2 = deserialize_single_tensor((dtype, shape, data))
