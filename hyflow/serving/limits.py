@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -15,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hyflow.serving.metrics import ServerMetrics
 from hyflow.serving.requests import BadRequest
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _ROUTES = {
@@ -87,7 +89,8 @@ def _endpoint(path: str) -> str:
 class RequestCounter:
     """The outermost ASGI layer (around Starlette's ServerErrorMiddleware, see `hyflow.serving.app`): counts every
     response per route and status, and as a 500 a request that raised before any response started (uvicorn then
-    answers 500 itself)."""
+    answers 500 itself). An error raised after its response started (ServerErrorMiddleware re-raises the one it
+    answered with 500) is logged here, with its traceback, and not passed on: uvicorn would close the connection."""
 
     def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
         self.app, self.metrics = app, metrics
@@ -107,10 +110,13 @@ class RequestCounter:
 
         try:
             await self.app(scope, receive, counted_send)
-        except BaseException:
+        except BaseException as error:
             if not started:
-                self.metrics.http_requests.labels(endpoint, "500").inc()
-            raise
+                self.metrics.http_requests.labels(endpoint, "500").inc()  # uvicorn answers 500
+                raise
+            if not isinstance(error, Exception):
+                raise  # cancelled: the server is stopping
+            logger.exception("hyflow serve: %s %s failed", scope.get("method"), scope["path"])
 
 
 class BodyLimitMiddleware:
