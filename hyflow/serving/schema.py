@@ -40,7 +40,7 @@ class _SamplingRequest(_Strict):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     # hyflow / vLLM extras
-    top_k: int = -1
+    top_k: int = Field(-1, lt=2**31)  # above the vocabulary is "off"; a bound keeps it a 32-bit integer
     min_p: float = 0.0
     min_tokens: int = 0
     repetition_penalty: float = 1.0

@@ -150,8 +150,10 @@ def test_a_body_that_is_not_json_is_a_400_saying_where(http):
     assert error["message"].startswith("the request body is not JSON (Expecting value at character 33")
 
 
-@pytest.mark.parametrize("key, value", [("stream", "yes"), ("n", "2"), ("ignore_eos", 1), ("max_tokens", 2.0)])
-def test_a_value_of_the_wrong_json_type_is_refused_not_coerced(http, key, value):
+@pytest.mark.parametrize(
+    "key, value", [("stream", "yes"), ("n", "2"), ("ignore_eos", 1), ("max_tokens", 2.0), ("top_k", 2**70)]
+)
+def test_a_value_of_the_wrong_json_type_or_past_its_range_is_refused_by_name_not_coerced(http, key, value):
     body = {"model": MODEL, "messages": ASK, "max_tokens": 2, key: value}
     error = error_of(post_json(http, "/v1/chat/completions", json.dumps(body)))
     assert error["message"].startswith(f"invalid request: {key}: ") and repr(value) in error["message"]
