@@ -213,28 +213,34 @@ def _add_request_limits(parser: argparse.ArgumentParser) -> None:
     """What one request may ask the engine for, and how long a connection may stay silent."""
     limits = ServerLimits()
     parser.add_argument(
-        "--max-n", type=_count, default=limits.max_n, help="most samples per prompt (n, best_of) of one request"
+        "--max-n",
+        type=_count,
+        default=limits.max_n,
+        help="most samples per prompt (n, best_of) of one request (default: %(default)s)",
     )
     parser.add_argument(
         "--max-request-sequences",
         type=_count,
         default=limits.max_request_sequences,
-        help="most sequences one request makes (prompts × n)",
+        help="most sequences one request makes (prompts × n) (default: %(default)s)",
     )
     parser.add_argument(
         "--max-request-tokens",
         type=_count,
         default=limits.max_request_tokens,
-        help="most tokens one request may ask to generate (n × max_tokens, summed over its prompts)",
+        help="most tokens one request may generate (n × max_tokens, summed over prompts; default: %(default)s)",
     )
     parser.add_argument(
-        "--timeout-keep-alive", type=_count, default=5, help="seconds an idle keep-alive connection is kept open"
+        "--timeout-keep-alive",
+        type=_count,
+        default=5,
+        help="seconds an idle keep-alive connection is kept open (default: %(default)s)",
     )
     parser.add_argument(
         "--timeout-header",
         type=_seconds,
         default=30.0,
-        help="seconds a connection may take to send a request's headers before it is closed",
+        help="seconds a connection may take to send a request's headers before it is closed (default: %(default)s)",
     )
 
 
