@@ -3,9 +3,11 @@
 The async engine's step loop runs on the app's own event loop (started by the first request), its forward steps
 in a worker thread. A request whose client disconnects is aborted in the engine; one that runs longer than
 `--request-timeout` is aborted and answered 408 (in a stream: an error event); a body larger than
-`--max-request-bytes` is refused with 413 before it is read.
+`--max-request-bytes` is refused with 413 (by its Content-Length before it is read, or once a chunked body passes
+it); request bodies are read by `body.py` (UTF-8, nesting depth, lone surrogates).
 Errors are `{"error": {"message", "type", "param", "code"}}` with the HTTP status: 400 bad request (naming the key,
-the value and the fix), 404 unknown model or route, 408 timeout, 413 body too large.
+the value and the fix), 404 unknown model or route, 408 timeout, 413 body too large, 500 a server fault (logged
+with its traceback; every response, 500s included, is counted in /metrics).
 """
 
 from __future__ import annotations
@@ -24,16 +26,23 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 import hyflow
+from hyflow.serving.body import JSONBodyRoute
 from hyflow.serving.chat import create_chat_completion, stream_chat_completion
 from hyflow.serving.completions import create_completion, stream_completion
-from hyflow.serving.limits import ClientGone, GuardMiddleware, run_until_disconnect
+from hyflow.serving.limits import BodyLimitMiddleware, ClientGone, RequestCounter, run_until_disconnect
 from hyflow.serving.requests import BadRequest, template_messages
 from hyflow.serving.schema import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 from hyflow.serving.state import ServingState
 
 logger = logging.getLogger(__name__)
 
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 408: "TimeoutError", 413: "RequestTooLargeError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    408: "TimeoutError",
+    413: "RequestTooLargeError",
+    500: "InternalServerError",
+}
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
@@ -45,6 +54,8 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
 def _validation_message(error: RequestValidationError) -> str:
     parts = []
     for item in error.errors():
+        if item.get("type") == "json_invalid":
+            return f"the request body is not JSON ({item['ctx']['error']} at character {item['loc'][-1]})"
         where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
         value = item.get("input")
         shown = "" if isinstance(value, dict) else f" (got {value!r:.80})"
@@ -52,14 +63,27 @@ def _validation_message(error: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+class _CountedApp(FastAPI):
+    """FastAPI with `RequestCounter` around its whole middleware stack: Starlette's ServerErrorMiddleware, which
+    answers an unhandled error with 500, sits outside every middleware added with `add_middleware`."""
+
+    def build_middleware_stack(self) -> Any:
+        return RequestCounter(super().build_middleware_stack(), self.state.serving.metrics)
+
+
+def _bad_request_response(error: BadRequest) -> JSONResponse:
+    return JSONResponse(error_body(error.status, str(error), error.param), status_code=error.status)
+
+
 def build_app(state: ServingState) -> FastAPI:
-    app = FastAPI(title="hyflow serve", version=hyflow.__version__)
-    app.add_middleware(GuardMiddleware, max_bytes=state.limits.max_request_bytes, metrics=state.metrics)
+    app = _CountedApp(title="hyflow serve", version=hyflow.__version__)
+    app.router.route_class = JSONBodyRoute
+    app.add_middleware(BodyLimitMiddleware, max_bytes=state.limits.max_request_bytes)
     app.state.serving = state
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, error: BadRequest) -> JSONResponse:
-        return JSONResponse(error_body(error.status, str(error), error.param), status_code=error.status)
+        return _bad_request_response(error)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -67,8 +91,15 @@ def build_app(state: ServingState) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        if isinstance(error.__cause__, BadRequest):  # FastAPI's generic 400 for a body it could not read (body.py)
+            return _bad_request_response(error.__cause__)
         message = f"{error.detail}: {request.method} {request.url.path}"
         return JSONResponse(error_body(error.status_code, message), status_code=error.status_code)
+
+    @app.exception_handler(Exception)
+    async def server_error(_: Request, error: Exception) -> JSONResponse:
+        message = f"internal server error ({type(error).__name__}); the server's log has the traceback"
+        return JSONResponse(error_body(500, message), status_code=500)
 
     _add_info_routes(app, state)
     _add_generation_routes(app, state)
@@ -133,7 +164,7 @@ def _add_info_routes(app: FastAPI, state: ServingState) -> None:
     @app.post("/detokenize")
     async def detokenize(request: DetokenizeRequest) -> dict[str, str]:
         _check_model(state, request.model)
-        vocab = state.engine.model.args.vocab_size
+        vocab = state.vocab_size
         bad = [t for t in request.tokens if not 0 <= t < vocab]
         if bad:
             raise BadRequest(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})", "tokens")

@@ -28,6 +28,8 @@ from hyflow.serving.requests import (
     BadRequest,
     chat_max_tokens,
     check_chat,
+    check_sample_counts,
+    check_token_budget,
     check_unsupported,
     fit_max_tokens,
     parser_tools,
@@ -58,6 +60,7 @@ class _Prepared:
 
 def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
     check_unsupported(request)
+    check_sample_counts(request.n, None, 1, state.limits)
     parser = state.tool_parser
     check_chat(request, type(parser).__name__ if parser is not None else None)
     if request.top_logprobs and not request.logprobs:
@@ -75,6 +78,7 @@ def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
         raise BadRequest(f"the chat template rejected the messages: {error}", "messages") from error
     ids, images = chat_media(state, request, encode_text(state.tokenizer, text + prefix))
     max_tokens = fit_max_tokens(len(ids), chat_max_tokens(request), state.max_model_len)
+    check_token_budget(request.n, [max_tokens], state.limits)
     top = (request.top_logprobs or 0) if request.logprobs else 0
     job = (ids, sampling_params(request, max_tokens, top))
     envelope = Envelope("chat.completion", state.model_name)

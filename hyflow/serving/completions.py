@@ -11,9 +11,12 @@ from hyflow.engine.sequence import CompletionOutput, RequestOutput
 from hyflow.serving.generation import Job, generate_all, stream_all
 from hyflow.serving.requests import (
     CompletionPrompts,
+    check_sample_counts,
+    check_token_budget,
     check_unsupported,
     completion_prompts,
     fit_max_tokens,
+    prompt_list,
     sampling_params,
 )
 from hyflow.serving.responses import Envelope, completion_log_probs, token_extras, usage
@@ -36,12 +39,14 @@ class _Prepared:
 
 def _prepare(state: ServingState, request: CompletionRequest) -> _Prepared:
     check_unsupported(request)
-    prompts = completion_prompts(request, state.tokenizer)
+    check_sample_counts(request.n, request.best_of, len(prompt_list(request)), state.limits)
+    prompts = completion_prompts(request, state.tokenizer, state.vocab_size)
     top = request.logprobs or 0
     jobs = []
     for ids in prompts.token_ids:
         max_tokens = fit_max_tokens(len(ids), request.max_tokens, state.max_model_len)
         jobs.append((ids, sampling_params(request, max_tokens, top)))
+    check_token_budget(request.n, [params.max_tokens for _, params in jobs], state.limits)
     return _Prepared(request, prompts, jobs, Envelope("text_completion", state.model_name))
 
 

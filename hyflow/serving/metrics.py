@@ -7,7 +7,7 @@ per server).
     hyflow_generation_tokens_per_second                   generated tokens over the last 10 s, per second
     hyflow_time_to_first_token_seconds                     histogram, streamed requests (the first chunk with text)
     hyflow_e2e_request_latency_seconds                     histogram, every request that got an answer
-    hyflow_http_requests_total{endpoint, status}           counter
+    hyflow_http_requests_total{endpoint, status}           counter of every answer, 500s included (limits.py)
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from hyflow.agent.parsers import ToolParser
 from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema, request_tool_schemas
 from hyflow.engine.config import SamplingParams
 from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice, ToolDef
+from hyflow.serving.state import ServerLimits
 
 
 class BadRequest(ValueError):
@@ -98,21 +99,39 @@ class CompletionPrompts:
     texts: list[str]  # the prompts as text (for `echo`)
 
 
-def completion_prompts(request: CompletionRequest, tokenizer: Any) -> CompletionPrompts:
-    """The prompts of a completion request (text, token ids, or a list of either) as token ids and text."""
+def prompt_list(request: CompletionRequest) -> list[str] | list[list[int]]:
+    """A completion request's prompts as a list (one prompt, text or token ids, is a list of one)."""
     prompt = request.prompt
     if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
-        prompt = [prompt]
+        return [prompt]
+    return prompt
+
+
+def _check_token_ids(ids: list[int], vocab_size: int, where: str) -> None:
+    bad = [token for token in ids if not 0 <= token < vocab_size]
+    if not ids:
+        raise BadRequest(f"{where} is an empty list of token ids; give at least one token id", "prompt")
+    if bad:
+        raise BadRequest(
+            f"{where} holds token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}; send the ids the "
+            "model's tokenizer gives (POST /tokenize)",
+            "prompt",
+        )
+
+
+def completion_prompts(request: CompletionRequest, tokenizer: Any, vocab_size: int) -> CompletionPrompts:
+    """The prompts of a completion request (text, token ids, or a list of either) as token ids and text; token ids
+    are checked against the vocabulary before they are decoded."""
+    prompt = prompt_list(request)
     if not prompt:
         raise BadRequest("'prompt' is empty; give a string, a list of token ids, or a list of either", "prompt")
     ids, texts = [], []
-    for item in prompt:
+    for index, item in enumerate(prompt):
         if isinstance(item, str):
             ids.append(list(tokenizer.encode(item, add_special_tokens=False)))
             texts.append(item)
         else:
-            if not item:
-                raise BadRequest("a prompt of token ids is empty; give at least one token id", "prompt")
+            _check_token_ids(item, vocab_size, "prompt" if request.prompt is item else f"prompt[{index}]")
             ids.append(list(item))
             texts.append(tokenizer.decode(item))
     if request.echo and request.logprobs is not None:
@@ -128,6 +147,40 @@ def completion_prompts(request: CompletionRequest, tokenizer: Any) -> Completion
     if request.suffix:
         raise BadRequest("suffix (insertion) is not supported by hyflow serve; leave it out", "suffix")
     return CompletionPrompts(ids, texts)
+
+
+def check_sample_counts(n: int, best_of: int | None, num_prompts: int, limits: ServerLimits) -> None:
+    """The server's bounds on how many sequences one request asks for, checked before anything is tokenized or
+    built: `n` and `best_of` at most `--max-n`, prompts × n at most `--max-request-sequences`."""
+    for key, value in (("n", n), ("best_of", best_of)):
+        if value is not None and value > limits.max_n:
+            raise BadRequest(
+                f"{key}={value} is more samples than this server's limit of {limits.max_n} per prompt; ask for at "
+                "most that many, or restart the server with a larger --max-n",
+                key,
+            )
+    if num_prompts * n > limits.max_request_sequences:
+        raise BadRequest(
+            f"{num_prompts} prompts × n={n} is {num_prompts * n} sequences, more than this server's limit of "
+            f"{limits.max_request_sequences} per request; send fewer prompts or a smaller n, or restart the server "
+            "with a larger --max-request-sequences",
+            "n",
+        )
+
+
+def check_token_budget(n: int, max_tokens: list[int], limits: ServerLimits) -> None:
+    """The server's bound on the tokens one request may ask to generate, checked before its sequences are built:
+    n × the sum of its prompts' `max_tokens` (an unset chat `max_tokens` counts as what the context leaves) at
+    most `--max-request-tokens`."""
+    total = n * sum(max_tokens)
+    if total > limits.max_request_tokens:
+        shown = max_tokens[0] if len(max_tokens) == 1 else f"{sum(max_tokens)} (over {len(max_tokens)} prompts)"
+        raise BadRequest(
+            f"n={n} × max_tokens={shown} asks for up to {total} generated tokens, more than this server's limit "
+            f"of {limits.max_request_tokens} per request; lower n or max_tokens (an unset max_tokens of a chat "
+            "request takes what the context leaves), or restart the server with a larger --max-request-tokens",
+            "max_tokens",
+        )
 
 
 def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -207,8 +260,23 @@ def chat_max_tokens(request: ChatCompletionRequest) -> int | None:
     return request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
 
 
+def check_tool_parameters(tools: list[ToolDef]) -> None:
+    """A function's `parameters` is a JSON schema of type "object" (OpenAI's rule; the chat templates and parsers
+    read the properties of an object): any other type is a 400 naming the tool."""
+    for index, tool in enumerate(tools):
+        parameters = tool.function.parameters
+        if parameters is not None and parameters.get("type", "object") != "object":
+            raise BadRequest(
+                f"tools[{index}].function.parameters of {tool.function.name!r} has type {parameters['type']!r}; a "
+                "function's parameters must be a JSON schema of type 'object' (send the value as one property: "
+                "{'type': 'object', 'properties': {'items': {'type': 'array'}}})",
+                "tools",
+            )
+
+
 def check_chat(request: ChatCompletionRequest, tool_parser_name: str | None) -> None:
-    """Chat-only checks: response formats, and tools without a parser to read the calls."""
+    """Chat-only checks: response formats, tools' parameter schemas, and tools without a parser to read the calls."""
+    check_tool_parameters(request.tools or [])
     if request.response_format is not None and request.response_format.type != "text":
         raise BadRequest(
             f"response_format={request.response_format.type!r} is not supported (hyflow has no guided decoding); "

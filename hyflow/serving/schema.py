@@ -2,10 +2,11 @@
 checked by the tests against the `openai` client's own types).
 
 Unknown keys are rejected (HTTP 400 naming them), so a parameter hyflow does not implement is never silently
-ignored. hyflow's extras, next to OpenAI's keys: `top_k`, `min_p`, `min_tokens`, `repetition_penalty`,
-`stop_token_ids`, `ignore_eos`, `include_stop_str_in_output`, `return_token_ids` (the choices then carry
-`token_ids` and the response `prompt_token_ids`: what RL needs), and for chat `mm_processor_kwargs` (`fps` of the
-video parts; the processor's pixel bounds are per server).
+ignored, and values are read strictly: `"stream": "yes"` or `"n": "2"` is a 400, not coerced (an integer where a
+number is expected, `"temperature": 0`, is a number). hyflow's extras, next to OpenAI's keys: `top_k`, `min_p`,
+`min_tokens`, `repetition_penalty`, `stop_token_ids`, `ignore_eos`, `include_stop_str_in_output`, `return_token_ids`
+(the choices then carry `token_ids` and the response `prompt_token_ids`: what RL needs), and for chat
+`mm_processor_kwargs` (`fps` of the video parts; the processor's pixel bounds are per server).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class StreamOptions(_Strict):
@@ -39,7 +40,7 @@ class _SamplingRequest(_Strict):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     # hyflow / vLLM extras
-    top_k: int = -1
+    top_k: int = Field(-1, lt=2**31)  # above the vocabulary is "off"; a bound keeps it a 32-bit integer
     min_p: float = 0.0
     min_tokens: int = 0
     repetition_penalty: float = 1.0

@@ -3,6 +3,8 @@
     hyflow serve --model PATH [--host 127.0.0.1] [--port 8000] [--tool-call-parser hermes] [--max-model-len N]
                  [--max-video-frames 32] [--max-request-pixels N] [--limit-mm-per-prompt '{"image": 4}']
                  [--mm-processor-kwargs '{"max_pixels": N}'] [--allowed-local-media-path DIR]
+                 [--max-n 128] [--max-request-sequences 1024] [--max-request-tokens 4194304]
+                 [--timeout-keep-alive 5] [--timeout-header 30]
 
 Endpoints: POST /v1/completions, /v1/chat/completions (both with stream=true), /tokenize, /detokenize; GET
 /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus). See docs/howto/serving.md.
@@ -32,10 +34,14 @@ class BackgroundServer:
             client = openai.OpenAI(base_url=server.base_url, api_key="none")
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, timeout_keep_alive: int = 5, timeout_header: float = 30
+    ) -> None:
         import uvicorn
 
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", backlog=4096, lifespan="off")
+        config = uvicorn.Config(
+            app, host=host, port=port, lifespan="off", **uvicorn_options(timeout_keep_alive, timeout_header)
+        )
         self.server = uvicorn.Server(config)
         self.host, self.port = host, port
         self._thread = threading.Thread(target=self.server.run, daemon=True, name="hyflow-serve")
@@ -63,6 +69,19 @@ class BackgroundServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def uvicorn_options(timeout_keep_alive: int, timeout_header: float) -> dict[str, Any]:
+    """uvicorn's settings for `hyflow serve`: an idle keep-alive connection is closed after `timeout_keep_alive`
+    seconds, one whose request headers are not complete after `timeout_header` seconds (connections.py)."""
+    from hyflow.serving.connections import header_deadline_protocol
+
+    return {
+        "log_level": "warning",
+        "backlog": 4096,
+        "timeout_keep_alive": timeout_keep_alive,
+        "http": header_deadline_protocol(timeout_header),
+    }
 
 
 def build_state(args: argparse.Namespace) -> ServingState:
@@ -95,6 +114,9 @@ def build_state(args: argparse.Namespace) -> ServingState:
         allowed_local_media_path=args.allowed_local_media_path,
         max_request_pixels=args.max_request_pixels,
         limit_mm_per_prompt=args.limit_mm_per_prompt,
+        max_n=args.max_n,
+        max_request_sequences=args.max_request_sequences,
+        max_request_tokens=args.max_request_tokens,
     )
     processor = load_processor(args.model, **args.mm_processor_kwargs)  # None for a text model
     return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
@@ -104,6 +126,13 @@ def _count(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a count of 1 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
     return value
 
 
@@ -176,7 +205,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--allowed-local-media-path", default=None, help="a directory whose files image and video parts may name"
     )
+    _add_request_limits(parser)
     return parser.parse_args(argv)
+
+
+def _add_request_limits(parser: argparse.ArgumentParser) -> None:
+    """What one request may ask the engine for, and how long a connection may stay silent."""
+    limits = ServerLimits()
+    parser.add_argument(
+        "--max-n",
+        type=_count,
+        default=limits.max_n,
+        help="most samples per prompt (n, best_of) of one request (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-request-sequences",
+        type=_count,
+        default=limits.max_request_sequences,
+        help="most sequences one request makes (prompts × n) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-request-tokens",
+        type=_count,
+        default=limits.max_request_tokens,
+        help="most tokens one request may generate (n × max_tokens, summed over prompts; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout-keep-alive",
+        type=_count,
+        default=5,
+        help="seconds an idle keep-alive connection is kept open (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout-header",
+        type=_seconds,
+        default=30.0,
+        help="seconds a connection may take to send a request's headers before it is closed (default: %(default)s)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,5 +253,5 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = build_app(build_state(args))
     logger.info("hyflow serve: %s on http://%s:%d/v1", args.served_model_name or args.model, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, backlog=4096, log_level="warning")
+    uvicorn.run(app, host=args.host, port=args.port, **uvicorn_options(args.timeout_keep_alive, args.timeout_header))
     return 0

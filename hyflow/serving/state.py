@@ -32,7 +32,10 @@ class ServerLimits:
     inline data only); `max_request_pixels`: the most pixels one request's images and video frames may decode to,
     together (HTTP 400 above, from the files' headers, before decoding: media_budget.py; the default takes 32
     full-HD frames or eight 4K images); `limit_mm_per_prompt`: the most parts of a modality ("image", "video") one
-    request may have (vLLM's `--limit-mm-per-prompt`; a modality not named has no count limit)."""
+    request may have (vLLM's `--limit-mm-per-prompt`; a modality not named has no count limit). What one request
+    may ask the engine for (HTTP 400 above, before any sequence is built: requests.py): `max_n` samples per prompt
+    (`n`, `best_of`; OpenAI's own cap is 128), `max_request_sequences` sequences (prompts × n), and
+    `max_request_tokens` generated tokens (n × each prompt's `max_tokens`, summed)."""
 
     request_timeout: float = 600.0
     max_request_bytes: int = 4 * 2**20
@@ -40,6 +43,9 @@ class ServerLimits:
     allowed_local_media_path: str | None = None
     max_request_pixels: int = 2**26
     limit_mm_per_prompt: dict[str, int] = field(default_factory=dict)
+    max_n: int = 128
+    max_request_sequences: int = 1024
+    max_request_tokens: int = 2**22
 
 
 @dataclass
@@ -67,6 +73,10 @@ class ServingState:
     @property
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.engine.model.args.vocab_size
 
     @property
     def max_model_len(self) -> int:
