@@ -3,6 +3,7 @@
     hyflow serve --model PATH [--host 127.0.0.1] [--port 8000] [--tool-call-parser hermes] [--max-model-len N]
                  [--max-video-frames 32] [--max-request-pixels N] [--limit-mm-per-prompt '{"image": 4}']
                  [--mm-processor-kwargs '{"max_pixels": N}'] [--allowed-local-media-path DIR]
+                 [--preparation-threads 4]
 
 Endpoints: POST /v1/completions, /v1/chat/completions (both with stream=true), /tokenize, /detokenize; GET
 /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus). See docs/howto/serving.md.
@@ -95,6 +96,7 @@ def build_state(args: argparse.Namespace) -> ServingState:
         allowed_local_media_path=args.allowed_local_media_path,
         max_request_pixels=args.max_request_pixels,
         limit_mm_per_prompt=args.limit_mm_per_prompt,
+        preparation_threads=args.preparation_threads,
     )
     processor = load_processor(args.model, **args.mm_processor_kwargs)  # None for a text model
     return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
@@ -175,6 +177,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--allowed-local-media-path", default=None, help="a directory whose files image and video parts may name"
+    )
+    parser.add_argument(
+        "--preparation-threads",
+        type=_count,
+        default=ServerLimits.preparation_threads,
+        help="threads that render chat templates, tokenize and decode media, off the event loop",
     )
     return parser.parse_args(argv)
 

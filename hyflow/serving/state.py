@@ -10,6 +10,7 @@ from hyflow.agent.parsers import ToolParser
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.engine import LLMEngine
 from hyflow.serving.metrics import ServerMetrics
+from hyflow.serving.preparation import Preparer
 from hyflow.serving.text import TokenTexts
 
 
@@ -32,7 +33,9 @@ class ServerLimits:
     inline data only); `max_request_pixels`: the most pixels one request's images and video frames may decode to,
     together (HTTP 400 above, from the files' headers, before decoding: media_budget.py; the default takes 32
     full-HD frames or eight 4K images); `limit_mm_per_prompt`: the most parts of a modality ("image", "video") one
-    request may have (vLLM's `--limit-mm-per-prompt`; a modality not named has no count limit)."""
+    request may have (vLLM's `--limit-mm-per-prompt`; a modality not named has no count limit);
+    `preparation_threads`: the threads requests are prepared in, off the event loop (template, tokenizer, image and
+    video decoding: preparation.py)."""
 
     request_timeout: float = 600.0
     max_request_bytes: int = 4 * 2**20
@@ -40,6 +43,7 @@ class ServerLimits:
     allowed_local_media_path: str | None = None
     max_request_pixels: int = 2**26
     limit_mm_per_prompt: dict[str, int] = field(default_factory=dict)
+    preparation_threads: int = 4
 
 
 @dataclass
@@ -53,6 +57,7 @@ class ServingState:
     async_engine: AsyncLLMEngine = field(init=False)
     metrics: ServerMetrics = field(init=False)
     token_text: TokenTexts = field(init=False)  # a token id's own text, decoded once per id
+    preparer: Preparer = field(init=False)  # the threads requests are prepared in (preparation.py)
 
     def __post_init__(self) -> None:
         if self.engine.tokenizer is None:
@@ -63,6 +68,7 @@ class ServingState:
         self.async_engine = AsyncLLMEngine(self.engine)
         self.metrics = ServerMetrics(self.engine)
         self.token_text = TokenTexts(self.engine.tokenizer)
+        self.preparer = Preparer(self.engine.tokenizer, self.max_model_len, self.limits.preparation_threads)
 
     @property
     def tokenizer(self) -> Any:
