@@ -20,6 +20,8 @@ MARK = "prepare-me-slowly"
 
 
 def ask(server, endpoint: str, text: str) -> httpx.Response:
+    if endpoint == "tokenize":
+        return httpx.post(f"http://{server.host}:{server.port}/tokenize", json={"prompt": text}, timeout=120)
     body = {"model": MODEL, "max_tokens": 2, "temperature": 0}
     if endpoint == "chat/completions":
         body["messages"] = [{"role": "user", "content": text}]
@@ -28,7 +30,7 @@ def ask(server, endpoint: str, text: str) -> httpx.Response:
     return httpx.post(f"{server.base_url}/{endpoint}", json=body, timeout=120)
 
 
-@pytest.mark.parametrize("endpoint", ["chat/completions", "completions"])
+@pytest.mark.parametrize("endpoint", ["chat/completions", "completions", "tokenize"])
 def test_health_answers_while_a_prompt_is_being_tokenized(server, state, endpoint, monkeypatch):
     entered, release = threading.Event(), threading.Event()
     encode = state.tokenizer.encode
