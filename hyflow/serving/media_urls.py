@@ -74,17 +74,22 @@ class MediaSource:
 
     def head(self, limit: int) -> bytes:
         """The first `limit` bytes (of a file: only those are read)."""
-        if self.data is not None:
-            return self.data[:limit]
-        with open(self.path, "rb") as f:
-            return f.read(min(limit, self.num_bytes))
+        return self.data[:limit] if self.data is not None else self._read_file(min(limit, self.num_bytes))
 
     def read(self) -> bytes:
         """All the bytes; of a file, at most the `num_bytes` its size was checked at."""
-        if self.data is not None:
-            return self.data
-        with open(self.path, "rb") as f:
-            return f.read(self.num_bytes)
+        return self.data if self.data is not None else self._read_file(self.num_bytes)
+
+    def _read_file(self, size: int) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(size)
+        except OSError as error:
+            raise BadRequest(
+                f"{self.where}: the {self.kind}_url file {self.path!r} cannot be read ({error.strerror}); make it "
+                f"readable by the server, or send the {self.kind} inline",
+                "messages",
+            ) from error
 
 
 def locate(url: str, where: str, kind: Kind, allowed_root: str | None) -> MediaSource:

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import base64
+import errno
 
 import pytest
 
+import hyflow.serving.media_urls as media_urls
 from hyflow.serving.media_urls import locate
 from hyflow.serving.requests import BadRequest
 
@@ -58,3 +60,15 @@ def test_a_missing_file_and_a_file_on_another_host_are_refused(tmp_path):
 def test_a_web_address_is_refused_and_nothing_is_downloaded():
     with pytest.raises(BadRequest, match=r"downloads nothing.*data:image/png;base64"):
         locate("https://example.com/cat.png", WHERE, "image", "/").read()
+
+
+def test_a_file_the_server_may_not_read_is_a_400_naming_the_part(tmp_path, monkeypatch):
+    (tmp_path / "clip.gif").write_bytes(b"GIF89a...")
+    source = locate(f"file://{tmp_path}/clip.gif", WHERE, "video", str(tmp_path))
+
+    def refused(path, mode="r"):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(media_urls, "open", refused, raising=False)
+    with pytest.raises(BadRequest, match=r"content\[0\]: the video_url file .*cannot be read \(Permission denied\)"):
+        source.head(3)
