@@ -6,9 +6,9 @@
 Files: schema (the requests' pydantic models), requests (request -> prompt ids + SamplingParams, the checks), text
 (stop strings, streamed text), responses (choices, log-probs, tool calls), completions and chat (the two endpoints,
 whole or streamed), media (image and video parts to the processor's inputs), videos (decoding clips), media_urls
-(where a part's bytes come from), media_budget (the parts' counts and pixels, checked before decoding), generation
-(prompts on the async engine), limits (body size, disconnects), metrics (Prometheus), state, app (routes and
-errors), server (`hyflow serve`).
+(where a part's bytes come from), media_budget (the parts' counts, bytes and pixels, checked before decoding),
+preparation (templates, tokenizing and decoding off the event loop), generation (prompts on the async engine),
+limits (body size, disconnects), metrics (Prometheus), state, app (routes and errors), server (`hyflow serve`).
 """
 
 from hyflow.serving.app import build_app

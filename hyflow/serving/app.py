@@ -152,13 +152,17 @@ def _add_info_routes(app: FastAPI, state: ServingState) -> None:
         _check_model(state, request.model)
         if (request.prompt is None) == (request.messages is None):
             raise BadRequest("give exactly one of 'prompt' and 'messages'", "prompt")
+        tokenizer, run = state.tokenizer, state.preparer.run  # off the event loop (preparation.py)
         if request.messages is not None:
-            text = state.tokenizer.apply_chat_template(
-                template_messages(request.messages), add_generation_prompt=request.add_generation_prompt, tokenize=False
+            text = await run(
+                tokenizer.apply_chat_template,
+                template_messages(request.messages),
+                add_generation_prompt=request.add_generation_prompt,
+                tokenize=False,
             )
-            tokens = state.tokenizer.encode(text, add_special_tokens=False)
+            tokens = await run(tokenizer.encode, text, add_special_tokens=False)
         else:
-            tokens = state.tokenizer.encode(request.prompt, add_special_tokens=request.add_special_tokens)
+            tokens = await run(tokenizer.encode, request.prompt, add_special_tokens=request.add_special_tokens)
         return {"tokens": list(tokens), "count": len(tokens), "max_model_len": state.max_model_len}
 
     @app.post("/detokenize")

@@ -76,6 +76,7 @@ def _prepare(state: ServingState, request: ChatCompletionRequest) -> _Prepared:
         raise
     except Exception as error:  # the template's complaint is about the client's messages
         raise BadRequest(f"the chat template rejected the messages: {error}", "messages") from error
+    state.preparer.check_fits(text + prefix, "messages")  # before tokenizing it: a text far past the context is a 400
     ids, images = chat_media(state, request, encode_text(state.tokenizer, text + prefix))
     max_tokens = fit_max_tokens(len(ids), chat_max_tokens(request), state.max_model_len)
     check_token_budget(request.n, [max_tokens], state.limits)
@@ -116,7 +117,7 @@ def _extras(prepared: _Prepared, out: CompletionOutput) -> dict[str, Any]:
 
 
 async def create_chat_completion(state: ServingState, request: ChatCompletionRequest) -> dict[str, Any]:
-    prepared = _prepare(state, request)
+    prepared = await state.preparer.run(_prepare, state, request)  # off the event loop (preparation.py)
     (result,) = await generate_all(state.async_engine, [prepared.job], state.metrics, [prepared.images])
     choices = []
     for out in result.outputs:
@@ -132,7 +133,7 @@ async def create_chat_completion(state: ServingState, request: ChatCompletionReq
 async def stream_chat_completion(state: ServingState, request: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
     """Chunks: the role first, then each choice's settled new text with its tokens' log-probs, the finish_reason
     in its last chunk (with the tool calls, when it has any), then the usage chunk if asked for."""
-    prepared = _prepare(state, request)
+    prepared = await state.preparer.run(_prepare, state, request)  # off the event loop (preparation.py)
     envelope = prepared.envelope
     streams: dict[int, TextStream] = {}
     sent: dict[int, int] = {}

@@ -40,6 +40,9 @@ class _Prepared:
 def _prepare(state: ServingState, request: CompletionRequest) -> _Prepared:
     check_unsupported(request)
     check_sample_counts(request.n, request.best_of, len(prompt_list(request)), state.limits)
+    for text in [request.prompt] if isinstance(request.prompt, str) else request.prompt:
+        if isinstance(text, str):
+            state.preparer.check_fits(text, "prompt")  # before tokenizing it: a text far past the context is a 400
     prompts = completion_prompts(request, state.tokenizer, state.vocab_size)
     top = request.logprobs or 0
     jobs = []
@@ -55,7 +58,7 @@ def _extras(request: CompletionRequest, prompt_ids: list[int], out: CompletionOu
 
 
 async def create_completion(state: ServingState, request: CompletionRequest) -> dict[str, Any]:
-    prepared = _prepare(state, request)
+    prepared = await state.preparer.run(_prepare, state, request)  # off the event loop (preparation.py)
     results = await generate_all(state.async_engine, prepared.jobs, state.metrics)
     choices = []
     for p, result in enumerate(results):
@@ -78,7 +81,7 @@ def _usage(results: list[RequestOutput]) -> dict[str, int]:
 async def stream_completion(state: ServingState, request: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
     """Chunks: each choice's new text (settled: stop strings cut, partial characters held back) with the log-probs
     and ids of its new tokens; its finish_reason in its last chunk; then the usage chunk if asked for."""
-    prepared = _prepare(state, request)
+    prepared = await state.preparer.run(_prepare, state, request)  # off the event loop (preparation.py)
     streams: dict[int, TextStream] = {}
     sent: dict[int, int] = {}  # tokens sent per choice
     finished: set[int] = set()

@@ -5,6 +5,7 @@
                  [--mm-processor-kwargs '{"max_pixels": N}'] [--allowed-local-media-path DIR]
                  [--max-n 128] [--max-request-sequences 1024] [--max-request-tokens 4194304]
                  [--timeout-keep-alive 5] [--timeout-header 30]
+                 [--preparation-threads 4]
 
 Endpoints: POST /v1/completions, /v1/chat/completions (both with stream=true), /tokenize, /detokenize; GET
 /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus). See docs/howto/serving.md.
@@ -117,6 +118,7 @@ def build_state(args: argparse.Namespace) -> ServingState:
         max_n=args.max_n,
         max_request_sequences=args.max_request_sequences,
         max_request_tokens=args.max_request_tokens,
+        preparation_threads=args.preparation_threads,
     )
     processor = load_processor(args.model, **args.mm_processor_kwargs)  # None for a text model
     return ServingState(engine, args.served_model_name or args.model, parser, limits, processor=processor)
@@ -206,6 +208,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--allowed-local-media-path", default=None, help="a directory whose files image and video parts may name"
     )
     _add_request_limits(parser)
+    parser.add_argument(
+        "--preparation-threads",
+        type=_count,
+        default=ServerLimits.preparation_threads,
+        help="threads that render chat templates, tokenize and decode media, off the event loop",
+    )
     return parser.parse_args(argv)
 
 

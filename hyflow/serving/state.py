@@ -10,6 +10,7 @@ from hyflow.agent.parsers import ToolParser
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.engine import LLMEngine
 from hyflow.serving.metrics import ServerMetrics
+from hyflow.serving.preparation import Preparer
 from hyflow.serving.text import TokenTexts
 
 
@@ -35,7 +36,9 @@ class ServerLimits:
     request may have (vLLM's `--limit-mm-per-prompt`; a modality not named has no count limit). What one request
     may ask the engine for (HTTP 400 above, before any sequence is built: requests.py): `max_n` samples per prompt
     (`n`, `best_of`; OpenAI's own cap is 128), `max_request_sequences` sequences (prompts × n), and
-    `max_request_tokens` generated tokens (n × each prompt's `max_tokens`, summed)."""
+    `max_request_tokens` generated tokens (n × each prompt's `max_tokens`, summed);
+    `preparation_threads`: the threads requests are prepared in, off the event loop (template, tokenizer, image and
+    video decoding: preparation.py)."""
 
     request_timeout: float = 600.0
     max_request_bytes: int = 4 * 2**20
@@ -46,6 +49,7 @@ class ServerLimits:
     max_n: int = 128
     max_request_sequences: int = 1024
     max_request_tokens: int = 2**22
+    preparation_threads: int = 4
 
 
 @dataclass
@@ -59,6 +63,7 @@ class ServingState:
     async_engine: AsyncLLMEngine = field(init=False)
     metrics: ServerMetrics = field(init=False)
     token_text: TokenTexts = field(init=False)  # a token id's own text, decoded once per id
+    preparer: Preparer = field(init=False)  # the threads requests are prepared in (preparation.py)
 
     def __post_init__(self) -> None:
         if self.engine.tokenizer is None:
@@ -69,6 +74,7 @@ class ServingState:
         self.async_engine = AsyncLLMEngine(self.engine)
         self.metrics = ServerMetrics(self.engine)
         self.token_text = TokenTexts(self.engine.tokenizer)
+        self.preparer = Preparer(self.engine.tokenizer, self.max_model_len, self.limits.preparation_threads)
 
     @property
     def tokenizer(self) -> Any:

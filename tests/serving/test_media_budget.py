@@ -16,12 +16,13 @@ from PIL import Image
 from transformers import AutoTokenizer
 
 import hyflow.serving.media as media
+import hyflow.serving.media_urls as media_urls
 from hyflow.engine.config import EngineConfig
 from hyflow.engine.engine import LLMEngine
 from hyflow.models.processor import load_processor
 from hyflow.models.tiny_vlm import build_tiny_vlm
 from hyflow.serving import ServerLimits, ServingState, build_app
-from hyflow.serving.media_budget import parse_limit_mm_per_prompt
+from hyflow.serving.media_budget import HEADER_BYTES, parse_limit_mm_per_prompt
 from hyflow.serving.server import BackgroundServer, build_state, parse_args
 from hyflow.serving.state import keep_pillow_bound_above
 
@@ -104,6 +105,27 @@ def decoded(monkeypatch) -> list[str]:
     monkeypatch.setattr(media, "decode_image", recording_image)
     monkeypatch.setattr(media, "decode_video", recording_video)
     return seen
+
+
+@pytest.fixture
+def files_read(served, monkeypatch, tmp_path) -> list[int]:
+    """Serves `file://` parts from `tmp_path`, and records the bytes each read of such a file returns."""
+    state, _ = served
+    monkeypatch.setattr(state.limits, "allowed_local_media_path", str(tmp_path))
+    counts: list[int] = []
+
+    class Recorded(io.FileIO):
+        def read(self, size: int = -1) -> bytes:
+            data = super().read(size)
+            counts.append(len(data))
+            return data
+
+    monkeypatch.setattr(media_urls, "open", lambda path, mode="r": Recorded(path, mode), raising=False)
+    return counts
+
+
+def file_part(path, kind: str = "image") -> dict:
+    return {"type": f"{kind}_url", f"{kind}_url": {"url": f"file://{path}"}}
 
 
 def ask(client: openai.OpenAI, parts: list[dict], stream: bool = False):
@@ -252,3 +274,61 @@ def test_a_serving_state_built_in_process_raises_pillows_bound_to_its_own_budget
     )
     ServingState(engine, "tiny-vlm", limits=ServerLimits(max_request_pixels=5000))
     assert Image.MAX_IMAGE_PIXELS == 5000
+
+
+def test_a_file_over_max_request_bytes_is_a_413_naming_the_flag_before_any_of_it_is_read(
+    served, files_read, monkeypatch, tmp_path
+):
+    state, client = served
+    monkeypatch.setattr(state.limits, "max_request_bytes", 10_000)
+    buffer = io.BytesIO()
+    random_image(3, size=(112, 112)).save(buffer, format="BMP")  # 37,686 bytes
+    (tmp_path / "large.bmp").write_bytes(buffer.getvalue())
+    message = r"file:// media come to 37,686 bytes.*content\[0\].*limit of 10,000 bytes.*--max-request-bytes"
+    with pytest.raises(openai.APIStatusError, match=message) as refused:
+        ask(client, [file_part(tmp_path / "large.bmp")])
+    assert refused.value.status_code == 413
+    assert files_read == []
+
+
+def test_a_file_declaring_a_huge_canvas_is_refused_from_its_first_bytes(
+    served, decoded, files_read, monkeypatch, tmp_path
+):
+    state, client = served
+    monkeypatch.setattr(state.limits, "max_request_pixels", 1_000_000)
+    (tmp_path / "bomb.png").write_bytes(crafted_png(8000, 8000) + bytes(4 * HEADER_BYTES))  # junk after its end
+    with pytest.raises(openai.BadRequestError, match=r"a 8000x8000 image, 64,000,000 pixels.*1,000,000 pixels"):
+        ask(client, [file_part(tmp_path / "bomb.png")])
+    assert sum(files_read) <= HEADER_BYTES and decoded == []
+
+
+def test_a_file_whose_header_lies_past_its_first_bytes_is_read_in_full_and_served(
+    served, decoded, files_read, tmp_path
+):
+    _, client = served
+    buffer = io.BytesIO()
+    random_image(4, size=(56, 56)).save(buffer, format="JPEG", icc_profile=bytes(3 * HEADER_BYTES))
+    (tmp_path / "photo.jpg").write_bytes(buffer.getvalue())
+    reply = ask(client, [file_part(tmp_path / "photo.jpg")])
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    assert decoded == ["messages[0].content[0]"] and sum(files_read) >= len(buffer.getvalue())
+
+
+def test_a_tiff_clip_whose_pages_differ_in_size_is_refused_by_its_format_without_being_decoded(served, decoded):
+    _, client = served
+    buffer = io.BytesIO()  # its header states the first page's 1x1; the second page decodes to 600x600
+    Image.new("RGB", (1, 1)).save(buffer, format="TIFF", save_all=True, append_images=[Image.new("RGB", (600, 600))])
+    clip = {"type": "video_url", "video_url": {"url": url(buffer.getvalue(), "image/tiff")}}
+    with pytest.raises(openai.BadRequestError, match=r"content\[0\]: the video is a TIFF file.*GIF, WEBP, PNG"):
+        ask(client, [clip])
+    assert decoded == []
+
+
+def test_an_image_of_a_format_the_budget_does_not_read_is_refused_naming_the_formats_it_takes(served, decoded):
+    _, client = served
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), "red").save(buffer, format="ICO", sizes=[(16, 16), (64, 64)])
+    icon = {"type": "image_url", "image_url": {"url": url(buffer.getvalue(), "image/x-icon")}}
+    with pytest.raises(openai.BadRequestError, match=r"the image is a ICO file.*send PNG or JPEG"):
+        ask(client, [icon])
+    assert decoded == []
