@@ -18,7 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from hyflow.serving.app import error_body
-from hyflow.serving.requests import BadRequest, chat_max_tokens, parser_tools, template_messages
+from hyflow.serving.errors import BadRequest
+from hyflow.serving.requests import chat_max_tokens, parser_tools, template_messages
 from hyflow.serving.responses import Envelope, usage
 from hyflow.serving.schema import ChatCompletionRequest
 

@@ -29,8 +29,9 @@ import hyflow
 from hyflow.serving.body import JSONBodyRoute
 from hyflow.serving.chat import create_chat_completion, stream_chat_completion
 from hyflow.serving.completions import create_completion, stream_completion
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.limits import BodyLimitMiddleware, ClientGone, RequestCounter, run_until_disconnect
-from hyflow.serving.requests import BadRequest, template_messages
+from hyflow.serving.requests import template_messages
 from hyflow.serving.schema import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 from hyflow.serving.state import ServingState
 

@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hyflow.serving.requests import BadRequest
+from hyflow.serving.errors import BadRequest
 
 MAX_JSON_DEPTH = 100  # a tool's parameter schema nests two levels per object; nothing an API call sends comes close
 

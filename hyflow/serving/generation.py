@@ -14,8 +14,8 @@ from typing import Any
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.sequence import RequestOutput
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.metrics import ServerMetrics
-from hyflow.serving.requests import BadRequest
 from hyflow.serving.responses import new_id
 
 Job = tuple[list[int], SamplingParams]

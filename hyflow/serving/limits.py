@@ -13,8 +13,8 @@ from typing import TypeVar
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.metrics import ServerMetrics
-from hyflow.serving.requests import BadRequest
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

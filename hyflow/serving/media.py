@@ -25,8 +25,8 @@ from PIL import Image
 
 from hyflow.data.multimodal import expand_vision_pads, image_features
 from hyflow.data.video import video_features
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.media_budget import MediaPart, media_urls, read_media
-from hyflow.serving.requests import BadRequest
 from hyflow.serving.schema import ChatCompletionRequest, ChatMessage
 from hyflow.serving.videos import decode_video, frame_rates
 

@@ -42,8 +42,8 @@ from typing import Any
 
 from PIL import Image
 
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.media_urls import Kind, MediaSource, locate
-from hyflow.serving.requests import BadRequest
 from hyflow.serving.schema import ChatMessage
 from hyflow.serving.state import ServerLimits
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote, urlparse
 
-from hyflow.serving.requests import BadRequest
+from hyflow.serving.errors import BadRequest
 
 Kind = Literal["image", "video"]
 _EXAMPLE = {"image": "data:image/png;base64,<the file's bytes in base64>", "video": "data:image/gif;base64,<...>"}

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from hyflow.serving.requests import BadRequest
+from hyflow.serving.errors import BadRequest
 
 T = TypeVar("T")
 

@@ -14,17 +14,9 @@ from typing import Any
 from hyflow.agent.parsers import ToolParser
 from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema, request_tool_schemas
 from hyflow.engine.config import SamplingParams
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.schema import ChatCompletionRequest, ChatMessage, CompletionRequest, NamedToolChoice, ToolDef
 from hyflow.serving.state import ServerLimits
-
-
-class BadRequest(ValueError):
-    """A client mistake: HTTP 400 (or `status`) with this message."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
-        super().__init__(message)
-        self.param, self.status = param, status
-
 
 # Keys accepted only at their neutral value: (key, neutral value, why hyflow does not implement them).
 _NEUTRAL_ONLY = [

@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 
 from hyflow.data.video import DEFAULT_FPS, Video, decode_clip
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.media_budget import DECODABLE, MediaPart
-from hyflow.serving.requests import BadRequest
 from hyflow.serving.schema import ProcessorKwargs
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hyflow.serving.body import MAX_JSON_DEPTH, parse_json_body
-from hyflow.serving.requests import BadRequest
+from hyflow.serving.errors import BadRequest
 
 
 def nested(depth: int) -> bytes:

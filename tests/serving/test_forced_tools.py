@@ -11,7 +11,8 @@ import pytest
 
 from hyflow.agent.parsers import ParsedToolCalls, ToolParser
 from hyflow.serving import build_app
-from hyflow.serving.requests import BadRequest, tool_call_prefix
+from hyflow.serving.errors import BadRequest
+from hyflow.serving.requests import tool_call_prefix
 from hyflow.serving.schema import ChatCompletionRequest
 from hyflow.serving.server import BackgroundServer
 

@@ -9,8 +9,8 @@ import errno
 import pytest
 
 import hyflow.serving.media_urls as media_urls
+from hyflow.serving.errors import BadRequest
 from hyflow.serving.media_urls import locate
-from hyflow.serving.requests import BadRequest
 
 WHERE = "messages[0].content[0]"
 
