@@ -20,7 +20,7 @@ class BlockingTool(RecordingTool):
     """`execute` blocks its thread (a synchronous wait inside `async def`) until the test opens the gate."""
 
     def __init__(self) -> None:
-        super().__init__(timeout=0.2)
+        super().__init__(timeout=0.5)
         self.gate = threading.Event()
 
     async def execute(self, instance_id, parameters, **kwargs):
@@ -30,10 +30,10 @@ class BlockingTool(RecordingTool):
 
 
 class FailingHookTool(RecordingTool):
-    """One hook (`hook`) hangs past the 0.2 s timeout ("timeout") or raises ("raised"); the others work."""
+    """One hook (`hook`) hangs past the 0.5 s timeout ("timeout") or raises ("raised"); the others work."""
 
     def __init__(self, hook: str, kind: str) -> None:
-        super().__init__(timeout=0.2)
+        super().__init__(timeout=0.5)
         self.failing_hook, self.kind = hook, kind
 
     async def _maybe_fail(self, hook: str) -> None:
@@ -66,7 +66,7 @@ def test_an_execute_that_blocks_the_event_loop_is_cut_off_counted_and_its_tool_t
     finally:
         tool.gate.set()
     text = tokenizer.decode(output.response_ids, skip_special_tokens=False)
-    assert f"{TOOL_ERROR_PREFIX}echo timed out after 0.2 seconds" in text
+    assert f"{TOOL_ERROR_PREFIX}echo timed out after 0.5 seconds" in text
     assert f"{TOOL_ERROR_PREFIX}echo is unavailable for the rest of this episode" in text
     assert output.finish_reason == "stop" and len(tool.executed) == 1  # the second call never reached the tool
     assert output.metrics.tool_hook_failures == {"execute/timeout": 1}
@@ -98,7 +98,7 @@ def test_a_failing_create_calc_reward_or_release_is_counted_and_the_episode_goes
     assert output.metrics.tool_hook_failures == {f"{hook}/{kind}": 1}
     text = tokenizer.decode(output.response_ids, skip_special_tokens=False)
     if hook == "create":  # no instance: its calls answer with the reason, nothing to score or release
-        why = "echo.create timed out after 0.2 seconds" if kind == "timeout" else "broken create"
+        why = "echo.create timed out after 0.5 seconds" if kind == "timeout" else "broken create"
         assert f"{TOOL_ERROR_PREFIX}echo is unavailable in this episode: {why}" in text
         assert output.extra_fields["tool_scores"] == {} and not tool.executed and not tool.released
     else:

@@ -19,7 +19,9 @@ of its own (`asyncio.run` there), and the agent loop's event loop only awaits a 
 Cancelling the awaiting task (the episode is cancelled) cancels the worker's task and raises `CancelledError` in
 the caller as usual. Consequence for tool authors: a hook runs on a short-lived event loop, so asyncio objects (a
 `Lock`, a `Semaphore`, a client session) shared between calls must not be bound to one loop: use `threading`
-primitives for limits shared across calls (as `SearchTool` does), or create the asyncio object inside the call.
+primitives for limits shared across calls (as `SearchTool` does), or create the asyncio object inside the call;
+and calls of one tool object run at the same time on different threads, so a read-modify-write of state on `self`
+needs a `threading.Lock`.
 """
 
 from __future__ import annotations
