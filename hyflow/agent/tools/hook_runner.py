@@ -16,6 +16,9 @@ of its own (`asyncio.run` there), and the agent loop's event loop only awaits a 
   code, or still joining a thread the hook started), it is left behind (a daemon thread; `abandoned=True`), and the
   caller stops using that tool instance.
 
+At most `MAX_CONCURRENT_HOOKS` calls run at once per caller's event loop (each holds a thread and a loop's file
+descriptors); the others wait for a slot, and the wait does not count toward their timeout.
+
 Cancelling the awaiting task (the episode is cancelled) cancels the worker's task and raises `CancelledError` in
 the caller as usual. Consequence for tool authors: a hook runs on a short-lived event loop, so asyncio objects (a
 `Lock`, a `Semaphore`, a client session) shared between calls must not be bound to one loop: use `threading`
@@ -31,15 +34,18 @@ import contextlib
 import contextvars
 import inspect
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["ABANDON_GRACE_S", "HookKind", "HookName", "ToolHookError", "run_hook"]
+__all__ = ["ABANDON_GRACE_S", "MAX_CONCURRENT_HOOKS", "HookKind", "HookName", "ToolHookError", "run_hook"]
 
 HookName = Literal["create", "execute", "calc_reward", "release"]
 HookKind = Literal["timeout", "raised"]
 ABANDON_GRACE_S = 1.0  # after a timeout, how long a cancelled hook may take to finish before its thread is left
+MAX_CONCURRENT_HOOKS = 256  # hook calls running at once per caller's event loop (a thread and ~3 descriptors each)
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
 class ToolHookError(Exception):
@@ -133,7 +139,14 @@ async def run_hook(
     """`call()` (a hook call; awaited when it returns an awaitable) on a worker thread and event loop of its own,
     within `timeout` seconds; see the module docstring for what it returns and raises. `grace`: seconds a
     timed-out call may take to finish once cancelled (default `ABANDON_GRACE_S`)."""
-    worker = _Worker(call, asyncio.get_running_loop(), name=f"tool-{tool}-{hook}")
+    caller = asyncio.get_running_loop()
+    if caller not in _SLOTS:
+        _SLOTS[caller] = asyncio.Semaphore(MAX_CONCURRENT_HOOKS)
+    async with _SLOTS[caller]:
+        return await _run_in_worker(_Worker(call, caller, name=f"tool-{tool}-{hook}"), tool, hook, timeout, grace)
+
+
+async def _run_in_worker(worker: _Worker, tool: str, hook: HookName, timeout: float, grace: float | None) -> Any:
     worker.thread.start()
     try:
         outcome = await asyncio.wait_for(asyncio.shield(worker.done), timeout)

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from hyflow.agent.tools import hook_runner
 from hyflow.agent.tools.hook_runner import ToolHookError, run_hook
 
 pytestmark = pytest.mark.timeout(60)
@@ -105,3 +106,23 @@ def test_cancelling_the_caller_cancels_the_hook_and_raises_cancelled_error():
         return await asyncio.to_thread(hook_cancelled.wait, 5)
 
     assert asyncio.run(caller())
+
+
+def test_at_most_max_concurrent_hooks_run_at_once_and_the_others_wait_for_a_slot(monkeypatch):
+    monkeypatch.setattr(hook_runner, "MAX_CONCURRENT_HOOKS", 2)
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    async def hook(i):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return i
+
+    async def caller():
+        return await asyncio.gather(*(run_hook("t", "execute", lambda i=i: hook(i), timeout=30) for i in range(5)))
+
+    assert asyncio.run(caller()) == [0, 1, 2, 3, 4]
+    assert peak[0] == 2
