@@ -52,6 +52,14 @@ class AgentLoopMetrics:
     num_failed_tool_calls: int = 0  # raised, timed out, unknown tool, or missing arguments
     num_malformed_tool_calls: int = 0  # skipped by the parser
     num_dropped_tool_calls: int = 0  # beyond max_parallel_calls in one turn
+    # tool hooks that failed, "<hook>/<kind>" -> count (hook: create, execute, calc_reward, release; kind: timeout,
+    # raised); reported per key that occurred in the batch as agent/tool_hook_failures/<hook>/<kind>/mean
+    tool_hook_failures: dict[str, int] = field(default_factory=dict)
+    num_abandoned_tool_threads: int = 0  # timed-out hooks whose thread did not finish when cancelled (left behind)
+
+    def count_hook_failure(self, hook: str, kind: str) -> None:
+        key = f"{hook}/{kind}"
+        self.tool_hook_failures[key] = self.tool_hook_failures.get(key, 0) + 1
 
 
 @dataclass
@@ -92,6 +100,7 @@ class AgentData:
     tools_kwargs: dict[str, Any] = field(default_factory=dict)
     tool_calls: list[FunctionCall] = field(default_factory=list)  # parsed from the last model turn
     tool_instances: dict[str, str] = field(default_factory=dict)  # tool name -> instance id, created lazily
+    broken_tools: dict[str, str] = field(default_factory=dict)  # tool name -> why it is out of service this episode
     interaction: BaseInteraction | None = None
     interaction_id: str | None = None
     turn_scores: list[float] = field(default_factory=list)

@@ -274,7 +274,12 @@ def batch_metrics(outputs: list[AgentLoopOutput]) -> dict[str, float]:
     """Batch means of the loops' counters and timings, the turn statistics and the share of each finish reason."""
     metrics: dict[str, float] = {}
     for name in (f.name for f in dataclasses.fields(outputs[0].metrics)):
-        metrics[f"agent/{name}/mean"] = float(np.mean([getattr(out.metrics, name) for out in outputs]))
+        values = [getattr(out.metrics, name) for out in outputs]
+        if isinstance(values[0], dict):  # counts by key: each key that occurred in the batch, 0 where it did not
+            for key in sorted({key for value in values for key in value}):
+                metrics[f"agent/{name}/{key}/mean"] = float(np.mean([value.get(key, 0) for value in values]))
+        else:
+            metrics[f"agent/{name}/mean"] = float(np.mean(values))
     turns = [out.num_turns for out in outputs]
     metrics.update({"agent/num_turns/mean": float(np.mean(turns)), "agent/num_turns/max": float(max(turns))})
     for reason in ("stop", "length", "max_turns", "abort"):

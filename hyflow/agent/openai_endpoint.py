@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from hyflow.agent.rollout_endpoint import HistoryRewritten, RolloutEndpoint
 from hyflow.serving.app import error_body
 from hyflow.serving.errors import BadRequest
 from hyflow.serving.requests import chat_max_tokens, parser_tools, template_messages
@@ -25,8 +26,6 @@ from hyflow.serving.schema import ChatCompletionRequest
 
 if TYPE_CHECKING:
     import openai
-
-    from hyflow.agent.openai_agent import RolloutEndpoint
 
 
 def _client_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -53,8 +52,6 @@ def _check_text_only(body: ChatCompletionRequest) -> None:
 
 
 def endpoint_app(endpoint: RolloutEndpoint, model_name: str = "policy") -> FastAPI:
-    from hyflow.agent.openai_agent import HistoryRewritten
-
     app = FastAPI(title="hyflow openai_agent rollout endpoint")
 
     @app.exception_handler(BadRequest)

@@ -27,7 +27,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from hyflow.agent.parsers import FunctionCall, ParsedToolCalls, ToolParser, decode_arguments
+from hyflow.agent.parser_base import FunctionCall, ParsedToolCalls, ToolParser, decode_arguments
 
 if TYPE_CHECKING:
     from hyflow.agent.tools.schemas import OpenAIFunctionToolSchema

@@ -25,21 +25,33 @@ With a processor (`context.processor`), the prompt's "<image>" / "<video>" place
 `multi_modal_data` (the dataset's decoded images and videos) and every generation request carries the episode's
 `multi_modal_inputs`. Tools with `takes_images = True` get the prompt's images as `create(image_data=...)`.
 `release` of every tool instance and `finalize_interaction` always run, also when the episode fails.
+
+Every tool hook (create, execute, calc_reward, release) runs through `hyflow.agent.tools.hook_runner.run_hook`: on a
+worker thread and event loop of its own, cut off after the tool's `timeout`, anything it raises (also `SystemExit`)
+turned into a `ToolHookError`, counted in `metrics.tool_hook_failures` by hook and kind. A failed `create` leaves the
+tool out of service for the episode (its calls answer with the reason); a failed `calc_reward` scores 0.0; a failed
+`release` is logged. A hook whose thread does not finish when cancelled is left behind, counted
+(`num_abandoned_tool_threads`), and the tool is out of service for the rest of the episode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
+import inspect
 import logging
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from hyflow.agent.chat import encode_prompt, truncate_text
 from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, EpisodeEnd, register_agent_loop
 from hyflow.agent.parsers import FunctionCall, decode_arguments
 from hyflow.agent.tools.base import ToolResponse
+from hyflow.agent.tools.hook_runner import HookName, ToolHookError, run_hook
 from hyflow.agent.tools.registry import Tool
 from hyflow.agent.vision import (
     encode_prompt_with_images,
@@ -133,7 +145,12 @@ class ToolAgentLoop(AgentLoopBase):
             create_kwargs = dict(data.tools_kwargs.get(name, {}).get("create_kwargs", {}))
             if tool.takes_images:
                 create_kwargs.setdefault("image_data", prompt_images)
-            data.tool_instances[name], _ = await tool.create(**create_kwargs)
+            try:
+                data.tool_instances[name], _ = await self._hook(
+                    data, name, "create", partial(tool.create, **create_kwargs)
+                )
+            except ToolHookError as error:
+                data.broken_tools[name] = f"{name} is unavailable in this episode: {error}"
         if self.interaction_kwargs:
             await self._start_interaction(data)
         return AgentState.GENERATING
@@ -281,6 +298,8 @@ class ToolAgentLoop(AgentLoopBase):
         tool = self.tools.get(call.name)
         if tool is None:
             return self._failed(data, f"unknown tool {call.name!r}; available tools: {sorted(self.tools)}")
+        if call.name in data.broken_tools:
+            return self._failed(data, data.broken_tools[call.name])
         try:
             arguments = call.arguments_dict()
         except ValueError as error:
@@ -290,16 +309,12 @@ class ToolAgentLoop(AgentLoopBase):
             return self._failed(data, f"{call.name} is missing required arguments {missing}")
         execute_kwargs = data.tools_kwargs.get(call.name, {}).get("execute_kwargs", {})
         instance_id = data.tool_instances[call.name]
+        execute = partial(checked_execute, partial(tool.execute, instance_id, arguments, **execute_kwargs), call.name)
         try:
-            response, reward, _ = await asyncio.wait_for(
-                tool.execute(instance_id, arguments, **execute_kwargs), tool.timeout
-            )
-        except TimeoutError:
-            return self._failed(data, f"{call.name} timed out after {tool.timeout:g} seconds")
-        except Exception as error:  # a tool's bug must not end the batch: the model sees the error instead
-            logger.warning("tool %s raised on arguments %s: %r", call.name, arguments, error)
+            response, reward = await self._hook(data, call.name, "execute", execute)
+        except ToolHookError as error:  # a tool's bug must not end the batch: the model sees the error instead
             return self._failed(data, str(error))
-        data.tool_rewards.append(float(reward))
+        data.tool_rewards.append(reward)
         if (response.image or response.video) and self.context.processor is None:
             logger.warning(
                 "tool %s returned images or videos, but the model has no processor (text only): dropped", call.name
@@ -310,6 +325,21 @@ class ToolAgentLoop(AgentLoopBase):
         except ValueError as error:
             return self._failed(data, str(error))
         return ToolResponse(text=response.text, image=image, video=video)
+
+    async def _hook(self, data: AgentData, name: str, hook: HookName, call: Any) -> Any:
+        """`call()` of tool `name`'s hook through `run_hook` (bounded by the tool's timeout); a failure is counted
+        and re-raised as a ToolHookError; a call left running takes the tool out of service for the episode."""
+        try:
+            return await run_hook(name, hook, call, self.tools[name].timeout)
+        except ToolHookError as error:
+            data.metrics.count_hook_failure(hook, error.kind)
+            logger.warning("tool %s: %s %s: %s", name, hook, error.kind, error)
+            if error.abandoned:
+                data.metrics.num_abandoned_tool_threads += 1
+                data.broken_tools[name] = (
+                    f"{name} is unavailable for the rest of this episode: an earlier call ({error}) is still running"
+                )
+            raise
 
     @staticmethod
     def _failed(data: AgentData, reason: str) -> ToolResponse:
@@ -332,19 +362,39 @@ class ToolAgentLoop(AgentLoopBase):
         scores = {}
         for name, instance_id in data.tool_instances.items():
             kwargs = data.tools_kwargs.get(name, {}).get("calc_reward_kwargs", {})
-            scores[name] = float(await self.tools[name].calc_reward(instance_id, **kwargs))
+            scores[name] = 0.0  # also when the tool is out of service or its calc_reward fails (counted)
+            if name not in data.broken_tools:
+                score = partial(as_score, self.tools[name].calc_reward, instance_id, kwargs)
+                with contextlib.suppress(ToolHookError):
+                    scores[name] = await self._hook(data, name, "calc_reward", score)
         data.extra_fields["tool_scores"] = scores
 
     async def _release(self, data: AgentData) -> None:
         """Release every tool instance and finalize the interaction, whatever happened before."""
         for name, instance_id in data.tool_instances.items():
             kwargs = data.tools_kwargs.get(name, {}).get("release_kwargs", {})
-            try:
-                await self.tools[name].release(instance_id, **kwargs)
-            except Exception:
-                logger.exception("tool %s failed to release instance %s", name, instance_id)
+            with contextlib.suppress(ToolHookError):  # counted and logged by _hook
+                await self._hook(data, name, "release", partial(self.tools[name].release, instance_id, **kwargs))
         if data.interaction is not None and data.interaction_id is not None:
             try:
                 await data.interaction.finalize_interaction(data.interaction_id)
             except Exception:
                 logger.exception("interaction %s failed to finalize", data.interaction.name)
+
+
+async def checked_execute(execute: Callable[[], Any], name: str) -> tuple[ToolResponse, float]:
+    """`execute()`'s (response, step reward), on the hook's worker loop; a return value that is not
+    `(ToolResponse, reward, metrics)` is a TypeError naming the tool (the model reads it as the call's error)."""
+    value = execute()
+    value = await value if inspect.isawaitable(value) else value
+    if not (
+        isinstance(value, tuple) and len(value) == 3 and all(hasattr(value[0], k) for k in ("text", "image", "video"))
+    ):
+        raise TypeError(f"tool {name} returned {value!r:.80} from execute; it returns (ToolResponse, reward, metrics)")
+    return value[0], float(value[1])
+
+
+async def as_score(calc_reward: Any, instance_id: str, kwargs: dict[str, Any]) -> float:
+    """A `calc_reward` call's score as a float (on the hook's worker loop)."""
+    score = calc_reward(instance_id, **kwargs)
+    return float(await score if inspect.isawaitable(score) else score)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hyflow import fields as F
-from hyflow.agent.loop import AgentData, AgentLoopBase, registered_agent_loops
-from hyflow.agent.manager import AgentLoopManager
+from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, registered_agent_loops
+from hyflow.agent.manager import AgentLoopManager, batch_metrics
 from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.protocol import DataProto
 
@@ -235,3 +235,18 @@ def test_the_background_loop_serves_batches_from_several_threads_and_submitted_g
     assert manager.router.active == [0]  # every conversation released, whichever thread asked
     with pytest.raises(RuntimeError, match="start_background_loop"):
         manager.submit(manager.agenerate_sequences(batch()))
+
+
+def test_batch_metrics_give_the_batch_mean_of_each_tool_hook_failure_that_occurred():
+    failures = [{"execute/timeout": 2, "release/raised": 1}, {}, {"execute/timeout": 1}]
+    metrics = batch_metrics(
+        [AgentLoopOutput([1], [], [], [], 1, "stop", metrics=AgentLoopMetrics(tool_hook_failures=f)) for f in failures]
+    )
+    prefix = "agent/tool_hook_failures/"
+    assert sorted(key for key in metrics if key.startswith(prefix)) == [
+        f"{prefix}execute/timeout/mean",
+        f"{prefix}release/raised/mean",
+    ]
+    assert metrics[f"{prefix}execute/timeout/mean"] == 1.0
+    assert metrics[f"{prefix}release/raised/mean"] == pytest.approx(1 / 3)
+    assert metrics["agent/num_abandoned_tool_threads/mean"] == 0.0

@@ -12,7 +12,8 @@ when the tool is built. Lifecycle inside one episode: `create` once (with the sa
 
 Settings: a tool that sets `config_class` (a dataclass; all of hyflow's do) gets its YAML `config:` mapping as that
 dataclass, unknown keys rejected. A tool that does not (a verl tool) gets the mapping as a plain dict, as in verl.
-Either way `config.timeout` (default 30 s) becomes `tool.timeout`, the cut-off of one `execute`.
+Either way `config.timeout` (default 30 s) becomes `tool.timeout`, the cut-off of each hook call (the agent loop
+runs every hook on a worker thread of its own: hyflow/agent/tools/hook_runner.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class ToolConfig:
     """Settings every tool has. Subclass it (as a dataclass) to add a tool's own settings."""
 
     type: str = "native"  # verl compatibility; hyflow tools are always in-process ("native")
-    timeout: float = DEFAULT_TIMEOUT  # seconds one `execute` may take before it is cut off
+    timeout: float = DEFAULT_TIMEOUT  # seconds one hook call (create, execute, ...) may take before it is cut off
 
 
 def build_config(config_class: type, values: dict[str, Any] | None, where: str) -> Any:

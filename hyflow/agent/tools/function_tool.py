@@ -67,7 +67,7 @@ class FunctionTool:
     fn: Callable[..., Any]
     tool_schema: OpenAIFunctionToolSchema
     is_async: bool = False
-    timeout: float = DEFAULT_TIMEOUT  # seconds one call may take before the agent loop cuts it off
+    timeout: float = DEFAULT_TIMEOUT  # seconds one hook call may take before the agent loop cuts it off
 
     takes_images: ClassVar[bool] = False
 

@@ -6,7 +6,9 @@ The service speaks the Search-R1 / verl retrieval protocol, which `hyflow serve-
     ->  {"result": [[{"document": {"id": "...", "contents": "title\\ntext"}, "score": 7.1}, ...]]}
 
 At most `num_workers` requests are in flight at once and at most `rate_limit` start per second, shared by every
-episode that uses this tool; a request that takes longer than `timeout` seconds becomes an error message.
+episode that uses this tool (threading primitives, held in the request's thread: each tool call runs on an event
+loop of its own, hyflow/agent/tools/hook_runner.py); a request that takes longer than `timeout` seconds becomes an
+error message.
 
     tools:
       - class_name: search
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,20 +46,21 @@ class SearchToolConfig(ToolConfig):
 
 
 class RateLimiter:
-    """Spaces request starts at least `1 / rate` seconds apart (a one-slot token bucket)."""
+    """Spaces request starts at least `1 / rate` seconds apart (a one-slot token bucket), across threads."""
 
     def __init__(self, rate: float) -> None:
         self.interval = 1.0 / rate
         self._next_start = 0.0
-        self._lock = asyncio.Lock()
+        self._lock = threading.Lock()
 
-    async def wait(self) -> None:
-        async with self._lock:
+    def wait(self) -> None:
+        """Block the calling thread until the next start is due."""
+        with self._lock:
             now = time.monotonic()
             delay = self._next_start - now
             self._next_start = max(now, self._next_start) + self.interval
         if delay > 0:
-            await asyncio.sleep(delay)
+            time.sleep(delay)
 
 
 def post_json(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -97,26 +101,19 @@ class SearchTool(BaseTool):
 
     def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | None = None) -> None:
         super().__init__(config, tool_schema)
-        self._throttle_loop: asyncio.AbstractEventLoop | None = None
-        self._slots = asyncio.Semaphore(self.config.num_workers)
+        self._slots = threading.BoundedSemaphore(self.config.num_workers)
         self._limiter = RateLimiter(self.config.rate_limit)
 
-    def _throttles(self) -> tuple[asyncio.Semaphore, RateLimiter]:
-        # asyncio primitives belong to one event loop; a new batch may run on a new one (asyncio.run per batch).
-        loop = asyncio.get_running_loop()
-        if self._throttle_loop is not loop:
-            self._throttle_loop = loop
-            self._slots = asyncio.Semaphore(self.config.num_workers)
-            self._limiter = RateLimiter(self.config.rate_limit)
-        return self._slots, self._limiter
+    def _post_throttled(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One request, in its own thread, within the tool's concurrency and rate limits (whatever loop asked)."""
+        with self._slots:
+            self._limiter.wait()
+            return post_json(self.config.retrieval_service_url, payload, self.config.timeout)
 
     async def search(self, query: str) -> list[dict[str, Any]]:
         """The top-k hits for one query, as the service returned them."""
-        slots, limiter = self._throttles()
         payload = {"queries": [query], "topk": self.config.topk, "return_scores": True}
-        async with slots:
-            await limiter.wait()
-            answer = await asyncio.to_thread(post_json, self.config.retrieval_service_url, payload, self.config.timeout)
+        answer = await asyncio.to_thread(self._post_throttled, payload)
         return answer["result"][0]
 
     async def execute(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import threading
 import time
 
 import pytest
 
 from hyflow.agent.retrieval_server import BM25Index, RetrievalServer
+from hyflow.agent.tools import search as search_module
 from hyflow.agent.tools.search import RateLimiter, SearchTool, format_passages
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,16 +52,38 @@ def test_concurrent_searches_respect_the_rate_limit(service):
 
 
 def test_rate_limiter_spaces_request_starts():
-    async def starts():
-        limiter = RateLimiter(rate=20)
-        times = []
-        for _ in range(3):
-            await limiter.wait()
-            times.append(time.monotonic())
-        return times
-
-    times = asyncio.run(starts())
+    limiter = RateLimiter(rate=20)
+    times = []
+    for _ in range(3):
+        limiter.wait()
+        times.append(time.monotonic())
     assert all(b - a >= 0.045 for a, b in itertools.pairwise(times))
+
+
+def test_num_workers_bounds_requests_in_flight_across_event_loops(monkeypatch):
+    # Each tool call runs on an event loop of its own (hook_runner), so the bound must hold across loops.
+    tool = SearchTool(config={"retrieval_service_url": "http://unused", "num_workers": 2, "rate_limit": 1000})
+    lock, in_flight, peak = threading.Lock(), [0], [0]
+    all_started = threading.Barrier(2, timeout=5)
+
+    def fake_post(url, payload, timeout):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        with contextlib.suppress(threading.BrokenBarrierError):
+            all_started.wait()  # the first two meet here; a third one in flight would break the bound
+        time.sleep(0.05)
+        with lock:
+            in_flight[0] -= 1
+        return {"result": [[]]}
+
+    monkeypatch.setattr(search_module, "post_json", fake_post)
+    threads = [threading.Thread(target=asyncio.run, args=(tool.search("q"),)) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert peak[0] == 2
 
 
 def test_an_unreachable_service_and_an_empty_query_become_error_messages():
