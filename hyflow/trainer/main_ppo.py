@@ -8,8 +8,10 @@
 
 One straight line: the overrides are parsed once (`hyflow.config.parse_overrides`, Hydra's grammar), applied to
 the dataclass defaults, converted and finalized (`load_config`); the typed config goes to the trainer. A broken
-command line or config prints every problem at once and exits 2. Without `actor_rollout_ref.model.path` and
-`data.train_files` the run is the embedded default (`hyflow.trainer.embedded_default`).
+command line or config prints every problem at once and exits 2; a mistake found later (a bad data file, a reward
+function that cannot load) is one line `hyflow train: ...` and exit 2 under both spellings (`hyflow.cli.run_command`;
+`HYFLOW_TRACEBACK=1` shows the stack). Without `actor_rollout_ref.model.path` and `data.train_files` the run is the
+embedded default (`hyflow.trainer.embedded_default`).
 """
 
 from __future__ import annotations
@@ -119,4 +121,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hyflow.cli import run_command
+
+    sys.exit(run_command("train", main, sys.argv[1:]))  # a user's mistake in one line, as `hyflow train` prints it

@@ -71,4 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hyflow.cli import run_command
+
+    sys.exit(run_command("sft", main, sys.argv[1:]))  # a user's mistake in one line, as `hyflow sft` prints it
