@@ -42,6 +42,9 @@ usage: hyflow train [--cfg job] [key=value ...]
   --cfg job      check the whole config and print it as the run would use it, then exit
   -h, --help     this text
 
+Checkpoints: trainer.save_freq=N saves every N steps and after the last one. The default, -1 (as verl), saves
+none at all: the run leaves nothing to resume or `hyflow merge` (in `hyflow sft`, -1 saves at the end).
+
 Every key, its type, default and meaning: docs/configuration.md (or `--cfg job` for the values of one launch line).
 """
 

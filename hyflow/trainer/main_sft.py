@@ -10,6 +10,8 @@
 Overrides use Hydra's syntax (`trainer.logger=[console,file]`). The config (`hyflow.config.sft.SFTConfig`) is
 checked in full before any model is loaded; a broken one prints every problem and exits 2. The trained model is
 written to `{trainer.default_local_dir}/huggingface`, ready for `actor_rollout_ref.model.path=...` in PPO.
+Checkpoints: `trainer.save_freq=N` saves every N steps and at the end; the default, -1 (as verl's SFT), saves only at
+the end, and 0 saves none (in `hyflow train`, -1 saves none).
 """
 
 from __future__ import annotations

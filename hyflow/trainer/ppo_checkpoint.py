@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 KLController = FixedKLController | AdaptiveKLController
 
-__all__ = ["is_save_step", "resume_ppo_checkpoint", "save_ppo_checkpoint"]
+__all__ = ["is_save_step", "no_checkpoint_message", "resume_ppo_checkpoint", "save_ppo_checkpoint"]
 
 KL_COEF = "kl_coef"  # the trainer state's extra key for the adaptive KL controller's value
 
@@ -36,6 +36,16 @@ KL_COEF = "kl_coef"  # the trainer state's extra key for the adaptive KL control
 def is_save_step(trainer: TrainerConfig, step: int, total_steps: int) -> bool:
     """A checkpoint every `trainer.save_freq` steps and at the last step; none with save_freq=-1 (as in verl)."""
     return trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= total_steps)
+
+
+def no_checkpoint_message(trainer: TrainerConfig, num_steps: int) -> str:
+    """What a run that trained `num_steps` steps and saved no checkpoint says when it ends."""
+    return (
+        f"this run trained {num_steps} step(s) and saved no checkpoint (trainer.save_freq={trainer.save_freq}; -1, "
+        "the default as in verl, saves none in `hyflow train`), so there is nothing to resume or to turn into a "
+        "Hugging Face folder with `hyflow merge`. Fix: set trainer.save_freq=N to save every N steps and after the "
+        "last one."
+    )
 
 
 def save_ppo_checkpoint(

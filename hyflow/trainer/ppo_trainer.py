@@ -14,8 +14,9 @@ else reading the old log-probs, `PPOTrainerConfig.recompute_old_log_prob`): the 
 own forward, and `timing_s/old_log_prob` is absent from the step's metrics.
 
 then validation every `trainer.test_freq` steps, the step's metrics line, and a checkpoint every
-`trainer.save_freq` steps (and at the end): the line is written before the checkpoint, so a run killed right after
-a save never lacks the metrics of the step it resumes after (the save's duration goes to the log, not the line).
+`trainer.save_freq` steps (and at the end; none with -1, the default, and a run that saved none says so): the line
+is written before the checkpoint, so a run killed right after a save never lacks the metrics of the step it resumes
+after (the save's duration goes to the log, not the line).
 ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
 generates and scores more batches until enough groups with varying rewards are found (`_training_batches`).
 Split placement and the asynchronous modes (`trainer.placement`, `async_training.mode`) keep this loop: the
@@ -48,7 +49,12 @@ from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.metrics import reduce_metrics, timer
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
-from hyflow.trainer.ppo_checkpoint import is_save_step, resume_ppo_checkpoint, save_ppo_checkpoint
+from hyflow.trainer.ppo_checkpoint import (
+    is_save_step,
+    no_checkpoint_message,
+    resume_ppo_checkpoint,
+    save_ppo_checkpoint,
+)
 from hyflow.trainer.ppo_ops import compute_response_mask, step_advantages
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.step_metrics import compute_step_metrics
@@ -110,6 +116,7 @@ class PPOTrainer:
         self.agent_manager: Any = None
         self.tracking: Tracking | None = None
         self.global_step = 0
+        self.saved_steps: list[int] = []  # the steps this run saved a checkpoint of
         self._hf_config: Any = None
         self._rollout_metrics: dict[str, float] = {}
         self.recompute_old_log_prob = config.recompute_old_log_prob
@@ -175,6 +182,7 @@ class PPOTrainer:
         if self.global_step >= self.total_training_steps:
             logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
             return metrics
+        first_step = self.global_step
         progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
         with logging_redirect_tqdm():  # log lines, like the console table, print above the bar, never onto it
             for epoch, batch, timing, started in self._training_batches():
@@ -191,6 +199,8 @@ class PPOTrainer:
                 if self.global_step >= self.total_training_steps:
                     break
         progress.close()
+        if not self.saved_steps:
+            logger.warning(no_checkpoint_message(trainer, self.global_step - first_step))
         return metrics
 
     def _training_batches(self) -> Iterator[tuple[int, DataProto, dict[str, float], float]]:
@@ -348,6 +358,7 @@ class PPOTrainer:
         if is_save_step(self.config.trainer, step, self.total_training_steps):
             started = time.perf_counter()
             self.save_checkpoint()
+            self.saved_steps.append(step)
             logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)
 
     def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:

@@ -113,6 +113,7 @@ class SFTTrainer:
             self.module, self.optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
         )
         self.global_step = 0
+        self.num_saved = 0  # checkpoints this trainer wrote
 
     # ---- data ----
     def _build_data(self) -> None:
@@ -234,6 +235,7 @@ class SFTTrainer:
                 trainer.project_name, trainer.experiment_name, trainer.logger, self.config, trainer.log_dir
             )
         history: list[dict[str, float]] = []
+        saved_before = self.num_saved
         progress = tqdm(
             total=self.total_steps, initial=self.global_step, desc="sft", unit="step", disable=self.rank != 0
         )
@@ -263,6 +265,8 @@ class SFTTrainer:
         progress.close()
         if trainer.save_hf_model:
             self.save_hf_model(os.path.join(trainer.default_local_dir, HF_DIR))
+        if self.num_saved == saved_before and history and self.rank == 0:
+            logger.warning(_no_checkpoint_message(self.config, len(history)))
         if tracking is not None:
             tracking.finish()
         return history
@@ -284,6 +288,7 @@ class SFTTrainer:
             self.steps.finalize(step, {"epoch": epoch, "step_in_epoch": offset})
         if is_distributed():
             dist.barrier()
+        self.num_saved += 1
         return path
 
     def resume(self) -> None:
@@ -310,6 +315,20 @@ class SFTTrainer:
         if is_distributed():
             dist.barrier()
         return folder
+
+
+def _no_checkpoint_message(config: SFTConfig, num_steps: int) -> str:
+    """What a run that trained `num_steps` steps and saved no checkpoint says when it ends."""
+    trainer = config.trainer
+    saved = (
+        f"the trained model is the Hugging Face folder {os.path.join(trainer.default_local_dir, HF_DIR)}"
+        if trainer.save_hf_model
+        else "with trainer.save_hf_model=False no model was written either"
+    )
+    return (
+        f"this run trained {num_steps} step(s) and saved no checkpoint (trainer.save_freq={trainer.save_freq}: 0 "
+        f"saves none; -1, the default, saves one at the end), so it cannot be resumed; {saved}."
+    )
 
 
 def _tensors(batch: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -130,6 +130,16 @@ def test_help_is_a_short_usage_that_points_to_the_reference(capsys):
     assert "--cfg job" in out and "docs/configuration.md" in out
 
 
+def test_help_says_that_save_freq_minus_one_saves_no_checkpoint_unlike_hyflow_sft(capsys):
+    assert main_ppo.main(["--help"]) == 0
+
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "The default, -1 (as verl), saves none at all: the run leaves nothing to resume or `hyflow merge`" in (
+        help_text
+    )
+    assert "(in `hyflow sft`, -1 saves at the end)" in help_text
+
+
 @pytest.mark.timeout(120)
 def test_python_m_main_ppo_and_hyflow_train_are_the_same_entry(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path)}

@@ -124,6 +124,36 @@ def test_hyflow_sft_without_train_files_says_which_key_to_set(assets, capsys, mo
     assert "data.train_files=None" in capsys.readouterr().err
 
 
+def test_sft_help_says_that_save_freq_minus_one_saves_at_the_end_unlike_hyflow_train(capsys):
+    assert main_sft.main(["--help"]) == 0
+
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the default, -1 (as verl's SFT), saves only at the end, and 0 saves none" in help_text
+    assert "(in `hyflow train`, -1 saves none)" in help_text
+
+
+def test_a_run_with_save_freq_0_says_at_its_end_that_it_saved_no_checkpoint(assets, tmp_path, caplog):
+    config = load_sft_config(overrides(assets, tmp_path, "trainer.save_freq=0", "trainer.total_training_steps=1"))
+
+    with caplog.at_level("WARNING", logger="hyflow.trainer.sft_trainer"):
+        SFTTrainer(config).fit()
+
+    assert "this run trained 1 step(s) and saved no checkpoint (trainer.save_freq=0: 0 saves none" in caplog.text
+    assert f"the trained model is the Hugging Face folder {tmp_path / 'ckpt' / HF_DIR}" in caplog.text
+    assert not (tmp_path / "ckpt" / "global_step_1").exists()
+
+
+def test_a_run_that_saved_a_checkpoint_does_not_say_it_saved_none(assets, tmp_path, caplog):
+    one_step = overrides(assets, tmp_path, "trainer.total_training_steps=1", "trainer.save_hf_model=False")
+    config = load_sft_config(one_step)
+
+    with caplog.at_level("WARNING", logger="hyflow.trainer.sft_trainer"):
+        SFTTrainer(config).fit()
+
+    assert "saved no checkpoint" not in caplog.text
+    assert (tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt").is_file()
+
+
 def _first_step_on_two_ranks(rank: int, assets: dict[str, str], out: Path, port: int, results) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
