@@ -21,6 +21,7 @@ from hyflow.algorithms.kl import AdaptiveKLController, FixedKLController
 from hyflow.config.trainer import TrainerConfig
 from hyflow.data.sampler import StatefulDataLoader
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
+from hyflow.trainer.checkpoint_save import failed_save_reported
 
 if TYPE_CHECKING:
     from hyflow.trainer.async_rollout import SplitRollout
@@ -56,14 +57,17 @@ def save_ppo_checkpoint(
     train_loader: StatefulDataLoader,
     split: SplitRollout | None = None,
 ) -> None:
-    """Write step `step`: the workers' shards first, then the trainer state that marks the folder complete."""
-    path = checkpoints.step_dir(step)
-    workers.actor_rollout.save_checkpoint(str(path / ACTOR_DIR), global_step=step)
-    if workers.critic is not None:
-        workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=step)
-    extra = {KL_COEF: float(kl_ctrl.value)}
-    loader_state = split.loader_state(step) if split is not None else None
-    checkpoints.finalize(step, loader_state or train_loader.state_dict(), extra=extra)
+    """Write step `step`: the workers' shards first, then the trainer state that marks the folder complete. A failed
+    write (a full disk) removes the step's unfinished files and raises `CheckpointSaveError` naming the folder, the
+    free space and the fix (`checkpoint_save`); the previous checkpoints are kept."""
+    with failed_save_reported(checkpoints.root, step, keep_key="trainer.max_actor_ckpt_to_keep"):
+        path = checkpoints.step_dir(step)
+        workers.actor_rollout.save_checkpoint(str(path / ACTOR_DIR), global_step=step)
+        if workers.critic is not None:
+            workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=step)
+        extra = {KL_COEF: float(kl_ctrl.value)}
+        loader_state = split.loader_state(step) if split is not None else None
+        checkpoints.finalize(step, loader_state or train_loader.state_dict(), extra=extra)
 
 
 def resume_ppo_checkpoint(

@@ -43,6 +43,7 @@ from hyflow.models.lora import merged_hf_weights
 from hyflow.models.multimodal import auto_model_class
 from hyflow.models.processor import copy_processor_files, load_processor
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR, StepCheckpoints
+from hyflow.trainer.checkpoint_save import failed_save_reported
 from hyflow.trainer.tracking import Tracking
 from hyflow.workers import builders
 from hyflow.workers.checkpoint import ShardCheckpointer
@@ -275,17 +276,19 @@ class SFTTrainer:
     def save_checkpoint(self) -> Path:
         """`global_step_N/actor` in the actor's format, then the step is marked complete (atomically)."""
         step = self.global_step
-        path = self.steps.step_dir(step) if self.rank == 0 else Path(self.steps.root) / f"global_step_{step}"
-        if is_distributed():
-            dist.barrier()
-        lm = self.module.lm
-        info = {"kind": "policy", "global_step": step, "lora": builders.lora_info(self.config.model), "source": "sft"}
-        generation_config = getattr(_base_lm(lm), "generation_config", None)
-        assets = builders.hf_assets_saver(lm.config, self.tokenizer, generation_config, self.model_path)
-        self.shards.save(path / ACTOR_DIR, info=info, hf_assets=assets)
-        if self.rank == 0:
-            epoch, offset = divmod(step, self.steps_per_epoch)
-            self.steps.finalize(step, {"epoch": epoch, "step_in_epoch": offset})
+        with failed_save_reported(self.steps.root, step, keep_key="trainer.max_ckpt_to_keep"):  # a full disk: one error
+            path = self.steps.step_dir(step) if self.rank == 0 else Path(self.steps.root) / f"global_step_{step}"
+            if is_distributed():
+                dist.barrier()
+            lm = self.module.lm
+            info = {"kind": "policy", "global_step": step, "lora": builders.lora_info(self.config.model)}
+            info["source"] = "sft"
+            generation_config = getattr(_base_lm(lm), "generation_config", None)
+            assets = builders.hf_assets_saver(lm.config, self.tokenizer, generation_config, self.model_path)
+            self.shards.save(path / ACTOR_DIR, info=info, hf_assets=assets)
+            if self.rank == 0:
+                epoch, offset = divmod(step, self.steps_per_epoch)
+                self.steps.finalize(step, {"epoch": epoch, "step_in_epoch": offset})
         if is_distributed():
             dist.barrier()
         self.num_saved += 1

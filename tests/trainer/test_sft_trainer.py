@@ -1,6 +1,7 @@
 """SFTTrainer and `hyflow sft`: the loss goes down, it is independent of micro-batching, runs resume, the saved
 Hugging Face folder loads."""
 
+import errno
 import os
 import socket
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint.filesystem as dcp_filesystem
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
@@ -16,6 +18,7 @@ from hyflow.data.prepare import prepare_task
 from hyflow.models.lora import hf_name
 from hyflow.models.tiny import build_tiny_model
 from hyflow.trainer import main_sft
+from hyflow.trainer.checkpoint_save import CheckpointSaveError
 from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
 from hyflow.workers.fsdp import full_tensor
 
@@ -152,6 +155,24 @@ def test_a_run_that_saved_a_checkpoint_does_not_say_it_saved_none(assets, tmp_pa
 
     assert "saved no checkpoint" not in caplog.text
     assert (tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt").is_file()
+
+
+def test_a_full_disk_during_an_sft_save_is_one_error_naming_the_folder_and_leaves_no_unfinished_files(
+    assets, tmp_path, monkeypatch
+):
+    trainer = SFTTrainer(load_sft_config(overrides(assets, tmp_path)))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(dcp_filesystem, "_write_item", disk_full)  # every shard write hits a full disk
+    with pytest.raises(CheckpointSaveError) as caught:
+        trainer.save_checkpoint()
+
+    message = str(caught.value)
+    assert f"into {tmp_path / 'ckpt' / 'global_step_0'} failed: OSError: [Errno 28] No space left" in message
+    assert "Free space there: " in message and "(trainer.max_ckpt_to_keep=N)" in message
+    assert list((tmp_path / "ckpt").iterdir()) == []
 
 
 def _first_step_on_two_ranks(rank: int, assets: dict[str, str], out: Path, port: int, results) -> None:
