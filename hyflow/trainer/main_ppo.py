@@ -11,7 +11,9 @@ the dataclass defaults, converted and finalized (`load_config`); the typed confi
 command line or config prints every problem at once and exits 2; a mistake found later (a bad data file, a reward
 function that cannot load) is one line `hyflow train: ...` and exit 2 under both spellings (`hyflow.cli.run_command`;
 `HYFLOW_TRACEBACK=1` shows the stack). Without `actor_rollout_ref.model.path` and `data.train_files` the run is the
-embedded default (`hyflow.trainer.embedded_default`).
+embedded default (`hyflow.trainer.embedded_default`). SIGTERM stops a run: every process it started ends, one line
+says where the last complete checkpoint is (or that none was saved), and the exit status is 143
+(`hyflow.trainer.shutdown`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 
 from hyflow.config import ConfigError, PPOTrainerConfig, load_config
 from hyflow.config.loading import parse_overrides
+from hyflow.trainer.shutdown import TrainingStopped, exit_code, stop_on_sigterm, stopped_message
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_config(config)
         return 0
     logger.info("config is valid: %s", config.trainer.experiment_name)
-    run_ppo(config)
+    try:
+        with stop_on_sigterm():
+            run_ppo(config)
+    except TrainingStopped as stopped:  # run_ppo's way out has ended the workers, the reward processes and Ray
+        print(f"hyflow train: {stopped_message(stopped.signum, config.trainer.default_local_dir)}", file=sys.stderr)
+        return exit_code(stopped.signum)
     return 0
 
 

@@ -56,6 +56,7 @@ from hyflow.trainer.ppo_checkpoint import (
     save_ppo_checkpoint,
 )
 from hyflow.trainer.ppo_ops import compute_response_mask, step_advantages
+from hyflow.trainer.shutdown import close_reward_processes, ray_is_running, shutdown_ray
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.step_metrics import compute_step_metrics
 from hyflow.trainer.tracking import Tracking
@@ -66,13 +67,18 @@ logger = logging.getLogger(__name__)
 
 
 def run(config: PPOTrainerConfig) -> dict[str, float]:
-    """Train with a checked config (the entry `main_ppo` calls); returns the last step's metrics."""
+    """Train with a checked config (the entry `main_ppo` calls); returns the last step's metrics. On the way out,
+    also after an error or a stop, everything the run started ends, in order: `close()`, then Ray when this run
+    started it (`hyflow.trainer.shutdown`)."""
+    ray_was_running = ray_is_running()
     trainer = PPOTrainer(config)
     try:
         trainer.init_workers()
         return trainer.fit()
     finally:
         trainer.close()
+        if not ray_was_running:
+            shutdown_ray()
 
 
 class PPOTrainer:
@@ -158,12 +164,16 @@ class PPOTrainer:
         self.tracking = Tracking(trainer.project_name, trainer.experiment_name, trainer.logger, config=config)
 
     def close(self) -> None:
+        """End what the trainer started: trackers, rollout threads, worker groups, then the reward processes."""
         if self.tracking is not None:
             self.tracking.finish()
         if self.split is not None:
             self.split.close()
         if self.workers is not None:
             self.workers.shutdown()
+        close_reward_processes(self.reward_fn)
+        if self.validator is not None:
+            close_reward_processes(self.validator.reward_fn)
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
@@ -183,8 +193,10 @@ class PPOTrainer:
             logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
             return metrics
         first_step = self.global_step
-        progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
-        with logging_redirect_tqdm():  # log lines, like the console table, print above the bar, never onto it
+        bar = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
+        # the bar closes on any way out (a stop, an error), so nothing prints after the last line of the run;
+        # log lines, like the console table, print above the bar, never onto it
+        with bar as progress, logging_redirect_tqdm():
             for epoch, batch, timing, started in self._training_batches():
                 self.global_step += 1
                 batch, metrics = self.train_step(batch, timing)
@@ -198,7 +210,6 @@ class PPOTrainer:
                 progress.update(1)
                 if self.global_step >= self.total_training_steps:
                     break
-        progress.close()
         if not self.saved_steps:
             logger.warning(no_checkpoint_message(trainer, self.global_step - first_step))
         return metrics
