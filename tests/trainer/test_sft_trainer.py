@@ -3,7 +3,9 @@ Hugging Face folder loads."""
 
 import errno
 import os
+import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from hyflow.data.prepare import prepare_task
 from hyflow.models.lora import hf_name
 from hyflow.models.tiny import build_tiny_model
 from hyflow.trainer import main_sft
+from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.checkpoint_save import CheckpointSaveError
 from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
 from hyflow.workers.fsdp import full_tensor
@@ -155,6 +158,32 @@ def test_a_run_that_saved_a_checkpoint_does_not_say_it_saved_none(assets, tmp_pa
 
     assert "saved no checkpoint" not in caplog.text
     assert (tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt").is_file()
+
+
+def test_hyflow_sft_stopped_by_sigterm_names_the_last_checkpoint_and_exits_143(assets, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as trainer.device=cpu does; restored afterwards
+    steps = StepCheckpoints(tmp_path / "ckpt")
+    steps.step_dir(4)
+    steps.finalize(4)  # a checkpoint an earlier part of the run saved
+
+    def stopped_while_training(config):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5.0)  # cut short: the handler runs at the next bytecode
+
+    def unhandled(signum, frame):
+        raise AssertionError("SIGTERM reached the test's own handler: hyflow sft did not handle it")
+
+    monkeypatch.setattr(main_sft, "run_sft", stopped_while_training)
+    previous = signal.signal(signal.SIGTERM, unhandled)  # without the entry's handler: fail, not end the session
+    try:
+        code = main_sft.main(overrides(assets, tmp_path, "trainer.device=cpu"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert code == 143
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    expected = f"hyflow sft: stopped by SIGTERM; the last complete checkpoint is {steps.root / 'global_step_4'} "
+    assert last_line.startswith(expected)
 
 
 def test_a_full_disk_during_an_sft_save_is_one_error_naming_the_folder_and_leaves_no_unfinished_files(
