@@ -8,7 +8,9 @@ entry points (imported lazily, so `hyflow --help` stays fast). An entry point ta
 after the command name and returns an exit code (or None for success).
 
 A user's mistake that reaches here (a `ValueError`, a missing or existing file, a missing package) is printed as
-one line, `hyflow <command>: <message>`, with exit code 2; `HYFLOW_TRACEBACK=1` shows the traceback instead.
+one line, `hyflow <command>: <message>`, with exit code 2; `HYFLOW_TRACEBACK=1` shows the traceback instead. A module
+that is also run as `python -m ...` (`hyflow.trainer.main_ppo`, `main_sft`) goes through `run_command` too, so both
+spellings of a command answer alike.
 """
 
 from __future__ import annotations
@@ -50,6 +52,19 @@ def _load(entry: str) -> Callable[[list[str]], int | None]:
     return getattr(importlib.import_module(module_name), func_name)
 
 
+def run_command(name: str, entry: Callable[[list[str]], int | None], args: Sequence[str]) -> int:
+    """`entry(args)`'s exit code; a user's mistake (`USER_ERRORS`) becomes one line `hyflow <name>: <message>` and
+    exit code 2, or its traceback when `HYFLOW_TRACEBACK` is set."""
+    try:
+        result = entry(list(args))
+    except USER_ERRORS as error:
+        if os.environ.get("HYFLOW_TRACEBACK"):
+            raise
+        print(f"hyflow {name}: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return int(result or 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -59,14 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"hyflow: unknown command {name!r}.\n\n{_usage()}", file=sys.stderr)
         return 2
-    try:
-        result = _load(COMMANDS[name][0])(rest)
-    except USER_ERRORS as error:
-        if os.environ.get("HYFLOW_TRACEBACK"):
-            raise
-        print(f"hyflow {name}: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    return int(result or 0)
+    return run_command(name, lambda command_args: _load(COMMANDS[name][0])(command_args), rest)
 
 
 if __name__ == "__main__":

@@ -244,7 +244,8 @@ other overrides of the line apply on top. Set one of the two keys and set the ot
 The backend: `trainer.backend=auto` (the default) is `local` exactly when the run has one process,
 `trainer.nnodes * trainer.n_gpus_per_node == 1` (the default: one device, GPU or CPU), and `ray` otherwise; `ray`
 needs `pip install hyflow[ray]`. Checkpoints: `trainer.save_freq=N` saves every N steps and after the last one;
-`-1` (the default, as in verl) saves none.
+`-1` (the default, as in verl) saves none in `hyflow train` (a run then leaves nothing to resume or merge; it says so
+when it ends) but saves once at the end in `hyflow sft`, where `0` saves none.
 """
 
 # (title, root dataclass, suffix of its section headings): the PPO config first, then the SFT one.

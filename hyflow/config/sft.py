@@ -79,7 +79,9 @@ class SFTRunConfig:
     logger: list[LoggerName] = field(default_factory=lambda: ["console"])
     log_dir: str | None = None  # None: logs/{project_name}/{experiment_name}
     test_freq: int = -1  # validation loss every N steps (and at the end); -1: only at the end
-    save_freq: int = -1  # checkpoint every N steps and at the end; -1: only at the end; 0: never
+    # checkpoint every N steps and at the end; -1 (the default, as verl's SFT): only at the end; 0: never (unlike
+    # `hyflow train`, where -1 saves nothing)
+    save_freq: int = -1
     max_ckpt_to_keep: int | None = None  # None: keep all
     default_local_dir: str | None = derived()  # None: checkpoints/{project_name}/{experiment_name}
     resume_mode: Literal["auto", "disable", "resume_path"] = "auto"  # auto: the latest checkpoint, if any

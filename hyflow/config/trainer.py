@@ -44,7 +44,9 @@ class TrainerConfig:
     val_before_train: bool = True
     val_only: bool = False
     test_freq: int = -1  # validate every N steps; -1: never during training
-    save_freq: int = -1  # checkpoint every N steps and after the last one; -1: no checkpoints (as verl)
+    # checkpoint every N steps and after the last one; -1 (the default, as verl): never, so the run leaves nothing
+    # to resume or merge (unlike `hyflow sft`, where -1 saves at the end)
+    save_freq: int = -1
     critic_warmup: int = 0  # steps that train only the critic
     balance_batch: bool = True  # reorder the batch so every rank (at generation: engine) gets a similar token count
     default_local_dir: str | None = derived()  # None: checkpoints/{project_name}/{experiment_name}

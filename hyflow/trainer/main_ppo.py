@@ -8,8 +8,12 @@
 
 One straight line: the overrides are parsed once (`hyflow.config.parse_overrides`, Hydra's grammar), applied to
 the dataclass defaults, converted and finalized (`load_config`); the typed config goes to the trainer. A broken
-command line or config prints every problem at once and exits 2. Without `actor_rollout_ref.model.path` and
-`data.train_files` the run is the embedded default (`hyflow.trainer.embedded_default`).
+command line or config prints every problem at once and exits 2; a mistake found later (a bad data file, a reward
+function that cannot load) is one line `hyflow train: ...` and exit 2 under both spellings (`hyflow.cli.run_command`;
+`HYFLOW_TRACEBACK=1` shows the stack). Without `actor_rollout_ref.model.path` and `data.train_files` the run is the
+embedded default (`hyflow.trainer.embedded_default`). SIGTERM stops a run: every process it started ends, one line
+says where the last complete checkpoint is (or that none was saved), and the exit status is 143
+(`hyflow.trainer.shutdown`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 
 from hyflow.config import ConfigError, PPOTrainerConfig, load_config
 from hyflow.config.loading import parse_overrides
+from hyflow.trainer.shutdown import TrainingStopped, exit_code, stop_on_sigterm, stopped_message
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +44,9 @@ usage: hyflow train [--cfg job] [key=value ...]
                  holding spaces, = or brackets (key='a b'); ~ starts a path in the home folder
   --cfg job      check the whole config and print it as the run would use it, then exit
   -h, --help     this text
+
+Checkpoints: trainer.save_freq=N saves every N steps and after the last one. The default, -1 (as verl), saves
+none at all: the run leaves nothing to resume or `hyflow merge` (in `hyflow sft`, -1 saves at the end).
 
 Every key, its type, default and meaning: docs/configuration.md (or `--cfg job` for the values of one launch line).
 """
@@ -114,9 +122,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_config(config)
         return 0
     logger.info("config is valid: %s", config.trainer.experiment_name)
-    run_ppo(config)
+    try:
+        with stop_on_sigterm():
+            run_ppo(config)
+    except TrainingStopped as stopped:  # run_ppo's way out has ended the workers, the reward processes and Ray
+        print(f"hyflow train: {stopped_message(stopped.signum, config.trainer.default_local_dir)}", file=sys.stderr)
+        return exit_code(stopped.signum)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hyflow.cli import run_command
+
+    sys.exit(run_command("train", main, sys.argv[1:]))  # a user's mistake in one line, as `hyflow train` prints it

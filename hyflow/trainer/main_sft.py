@@ -10,6 +10,9 @@
 Overrides use Hydra's syntax (`trainer.logger=[console,file]`). The config (`hyflow.config.sft.SFTConfig`) is
 checked in full before any model is loaded; a broken one prints every problem and exits 2. The trained model is
 written to `{trainer.default_local_dir}/huggingface`, ready for `actor_rollout_ref.model.path=...` in PPO.
+Checkpoints: `trainer.save_freq=N` saves every N steps and at the end; the default, -1 (as verl's SFT), saves only at
+the end, and 0 saves none (in `hyflow train`, -1 saves none). SIGTERM stops a run with one line saying where the last
+complete checkpoint is, and exit status 143.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import yaml
 
 from hyflow.config import ConfigError, load_sft_config
 from hyflow.config.sft import SFTConfig, sft_default_dict
+from hyflow.trainer.shutdown import TrainingStopped, exit_code, stop_on_sigterm, stopped_message
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +67,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        run_sft(config)
+        with stop_on_sigterm():
+            run_sft(config)
     except ValueError as err:
         print(f"hyflow sft: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except TrainingStopped as stopped:  # SIGTERM: say where to resume from (rank 0 only, under torchrun)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"hyflow sft: {stopped_message(stopped.signum, config.trainer.default_local_dir)}", file=sys.stderr)
+        return exit_code(stopped.signum)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hyflow.cli import run_command
+
+    sys.exit(run_command("sft", main, sys.argv[1:]))  # a user's mistake in one line, as `hyflow sft` prints it

@@ -38,6 +38,7 @@ from hyflow.config import PPOTrainerConfig
 from hyflow.config.checks import data_parallel_size
 from hyflow.controller import ClassWithInitArgs, LocalWorkerGroup, WorkerGroup, create_colocated_worker_cls
 from hyflow.controller.worker_group import ROLE_SEPARATOR
+from hyflow.trainer.shutdown import reclaim_sigterm
 
 __all__ = [
     "ACTOR_ROLLOUT",
@@ -146,6 +147,7 @@ def _ray_group(
     from hyflow.controller import RayResourcePool, RayWorkerGroup, init_ray
 
     init_ray(config.trainer.ray_init)
+    reclaim_sigterm()  # ray.init installed its own SIGTERM handler (a bare sys.exit); a stop ends through ours
     trainer = config.trainer
     use_gpu = trainer.device == "cuda"
     if pool_name == ROLLOUT:

@@ -21,6 +21,7 @@ from hyflow.algorithms.kl import AdaptiveKLController, FixedKLController
 from hyflow.config.trainer import TrainerConfig
 from hyflow.data.sampler import StatefulDataLoader
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR, CRITIC_DIR, StepCheckpoints, restore_rng_state
+from hyflow.trainer.checkpoint_save import failed_save_reported
 
 if TYPE_CHECKING:
     from hyflow.trainer.async_rollout import SplitRollout
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 KLController = FixedKLController | AdaptiveKLController
 
-__all__ = ["is_save_step", "resume_ppo_checkpoint", "save_ppo_checkpoint"]
+__all__ = ["is_save_step", "no_checkpoint_message", "resume_ppo_checkpoint", "save_ppo_checkpoint"]
 
 KL_COEF = "kl_coef"  # the trainer state's extra key for the adaptive KL controller's value
 
@@ -36,6 +37,16 @@ KL_COEF = "kl_coef"  # the trainer state's extra key for the adaptive KL control
 def is_save_step(trainer: TrainerConfig, step: int, total_steps: int) -> bool:
     """A checkpoint every `trainer.save_freq` steps and at the last step; none with save_freq=-1 (as in verl)."""
     return trainer.save_freq > 0 and (step % trainer.save_freq == 0 or step >= total_steps)
+
+
+def no_checkpoint_message(trainer: TrainerConfig, num_steps: int) -> str:
+    """What a run that trained `num_steps` steps and saved no checkpoint says when it ends."""
+    return (
+        f"this run trained {num_steps} step(s) and saved no checkpoint (trainer.save_freq={trainer.save_freq}; -1, "
+        "the default as in verl, saves none in `hyflow train`), so there is nothing to resume or to turn into a "
+        "Hugging Face folder with `hyflow merge`. Fix: set trainer.save_freq=N to save every N steps and after the "
+        "last one."
+    )
 
 
 def save_ppo_checkpoint(
@@ -46,14 +57,17 @@ def save_ppo_checkpoint(
     train_loader: StatefulDataLoader,
     split: SplitRollout | None = None,
 ) -> None:
-    """Write step `step`: the workers' shards first, then the trainer state that marks the folder complete."""
-    path = checkpoints.step_dir(step)
-    workers.actor_rollout.save_checkpoint(str(path / ACTOR_DIR), global_step=step)
-    if workers.critic is not None:
-        workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=step)
-    extra = {KL_COEF: float(kl_ctrl.value)}
-    loader_state = split.loader_state(step) if split is not None else None
-    checkpoints.finalize(step, loader_state or train_loader.state_dict(), extra=extra)
+    """Write step `step`: the workers' shards first, then the trainer state that marks the folder complete. A failed
+    write (a full disk) removes the step's unfinished files and raises `CheckpointSaveError` naming the folder, the
+    free space and the fix (`checkpoint_save`); the previous checkpoints are kept."""
+    with failed_save_reported(checkpoints.root, step, keep_key="trainer.max_actor_ckpt_to_keep"):
+        path = checkpoints.step_dir(step)
+        workers.actor_rollout.save_checkpoint(str(path / ACTOR_DIR), global_step=step)
+        if workers.critic is not None:
+            workers.critic.save_checkpoint(str(path / CRITIC_DIR), global_step=step)
+        extra = {KL_COEF: float(kl_ctrl.value)}
+        loader_state = split.loader_state(step) if split is not None else None
+        checkpoints.finalize(step, loader_state or train_loader.state_dict(), extra=extra)
 
 
 def resume_ppo_checkpoint(

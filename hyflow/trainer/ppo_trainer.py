@@ -14,8 +14,9 @@ else reading the old log-probs, `PPOTrainerConfig.recompute_old_log_prob`): the 
 own forward, and `timing_s/old_log_prob` is absent from the step's metrics.
 
 then validation every `trainer.test_freq` steps, the step's metrics line, and a checkpoint every
-`trainer.save_freq` steps (and at the end): the line is written before the checkpoint, so a run killed right after
-a save never lacks the metrics of the step it resumes after (the save's duration goes to the log, not the line).
+`trainer.save_freq` steps (and at the end; none with -1, the default, and a run that saved none says so): the line
+is written before the checkpoint, so a run killed right after a save never lacks the metrics of the step it resumes
+after (the save's duration goes to the log, not the line).
 ReMax adds a greedy baseline rollout before repeating; DAPO's dynamic sampling (`algorithm.filter_groups`)
 generates and scores more batches until enough groups with varying rewards are found (`_training_batches`).
 Split placement and the asynchronous modes (`trainer.placement`, `async_training.mode`) keep this loop: the
@@ -48,8 +49,14 @@ from hyflow.trainer.checkpoint_manager import StepCheckpoints
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.metrics import reduce_metrics, timer
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
-from hyflow.trainer.ppo_checkpoint import is_save_step, resume_ppo_checkpoint, save_ppo_checkpoint
+from hyflow.trainer.ppo_checkpoint import (
+    is_save_step,
+    no_checkpoint_message,
+    resume_ppo_checkpoint,
+    save_ppo_checkpoint,
+)
 from hyflow.trainer.ppo_ops import compute_response_mask, step_advantages
+from hyflow.trainer.shutdown import close_reward_processes, ray_is_running, shutdown_ray
 from hyflow.trainer.stages import Validator
 from hyflow.trainer.step_metrics import compute_step_metrics
 from hyflow.trainer.tracking import Tracking
@@ -60,13 +67,18 @@ logger = logging.getLogger(__name__)
 
 
 def run(config: PPOTrainerConfig) -> dict[str, float]:
-    """Train with a checked config (the entry `main_ppo` calls); returns the last step's metrics."""
+    """Train with a checked config (the entry `main_ppo` calls); returns the last step's metrics. On the way out,
+    also after an error or a stop, everything the run started ends, in order: `close()`, then Ray when this run
+    started it (`hyflow.trainer.shutdown`)."""
+    ray_was_running = ray_is_running()
     trainer = PPOTrainer(config)
     try:
         trainer.init_workers()
         return trainer.fit()
     finally:
         trainer.close()
+        if not ray_was_running:
+            shutdown_ray()
 
 
 class PPOTrainer:
@@ -110,6 +122,7 @@ class PPOTrainer:
         self.agent_manager: Any = None
         self.tracking: Tracking | None = None
         self.global_step = 0
+        self.saved_steps: list[int] = []  # the steps this run saved a checkpoint of
         self._hf_config: Any = None
         self._rollout_metrics: dict[str, float] = {}
         self.recompute_old_log_prob = config.recompute_old_log_prob
@@ -151,12 +164,16 @@ class PPOTrainer:
         self.tracking = Tracking(trainer.project_name, trainer.experiment_name, trainer.logger, config=config)
 
     def close(self) -> None:
+        """End what the trainer started: trackers, rollout threads, worker groups, then the reward processes."""
         if self.tracking is not None:
             self.tracking.finish()
         if self.split is not None:
             self.split.close()
         if self.workers is not None:
             self.workers.shutdown()
+        close_reward_processes(self.reward_fn)
+        if self.validator is not None:
+            close_reward_processes(self.validator.reward_fn)
 
     # ---- the loop ---------------------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
@@ -175,8 +192,11 @@ class PPOTrainer:
         if self.global_step >= self.total_training_steps:
             logger.info("already at step %d of %d: nothing to train", self.global_step, self.total_training_steps)
             return metrics
-        progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
-        with logging_redirect_tqdm():  # log lines, like the console table, print above the bar, never onto it
+        first_step = self.global_step
+        bar = tqdm(total=self.total_training_steps, initial=self.global_step, desc="training", unit="step")
+        # the bar closes on any way out (a stop, an error), so nothing prints after the last line of the run;
+        # log lines, like the console table, print above the bar, never onto it
+        with bar as progress, logging_redirect_tqdm():
             for epoch, batch, timing, started in self._training_batches():
                 self.global_step += 1
                 batch, metrics = self.train_step(batch, timing)
@@ -190,7 +210,8 @@ class PPOTrainer:
                 progress.update(1)
                 if self.global_step >= self.total_training_steps:
                     break
-        progress.close()
+        if not self.saved_steps:
+            logger.warning(no_checkpoint_message(trainer, self.global_step - first_step))
         return metrics
 
     def _training_batches(self) -> Iterator[tuple[int, DataProto, dict[str, float], float]]:
@@ -348,6 +369,7 @@ class PPOTrainer:
         if is_save_step(self.config.trainer, step, self.total_training_steps):
             started = time.perf_counter()
             self.save_checkpoint()
+            self.saved_steps.append(step)
             logger.info("checkpoint of step %d saved in %.1f s", step, time.perf_counter() - started)
 
     def _step_metrics(self, batch: DataProto, timing: dict[str, float], epoch: int) -> dict[str, float]:

@@ -43,6 +43,7 @@ from hyflow.models.lora import merged_hf_weights
 from hyflow.models.multimodal import auto_model_class
 from hyflow.models.processor import copy_processor_files, load_processor
 from hyflow.trainer.checkpoint_manager import ACTOR_DIR, StepCheckpoints
+from hyflow.trainer.checkpoint_save import failed_save_reported
 from hyflow.trainer.tracking import Tracking
 from hyflow.workers import builders
 from hyflow.workers.checkpoint import ShardCheckpointer
@@ -113,6 +114,7 @@ class SFTTrainer:
             self.module, self.optimizer, self.lr_scheduler, checkpoint.save_contents, checkpoint.load_contents
         )
         self.global_step = 0
+        self.num_saved = 0  # checkpoints this trainer wrote
 
     # ---- data ----
     def _build_data(self) -> None:
@@ -234,6 +236,7 @@ class SFTTrainer:
                 trainer.project_name, trainer.experiment_name, trainer.logger, self.config, trainer.log_dir
             )
         history: list[dict[str, float]] = []
+        saved_before = self.num_saved
         progress = tqdm(
             total=self.total_steps, initial=self.global_step, desc="sft", unit="step", disable=self.rank != 0
         )
@@ -263,6 +266,8 @@ class SFTTrainer:
         progress.close()
         if trainer.save_hf_model:
             self.save_hf_model(os.path.join(trainer.default_local_dir, HF_DIR))
+        if self.num_saved == saved_before and history and self.rank == 0:
+            logger.warning(_no_checkpoint_message(self.config, len(history)))
         if tracking is not None:
             tracking.finish()
         return history
@@ -271,19 +276,22 @@ class SFTTrainer:
     def save_checkpoint(self) -> Path:
         """`global_step_N/actor` in the actor's format, then the step is marked complete (atomically)."""
         step = self.global_step
-        path = self.steps.step_dir(step) if self.rank == 0 else Path(self.steps.root) / f"global_step_{step}"
+        with failed_save_reported(self.steps.root, step, keep_key="trainer.max_ckpt_to_keep"):  # a full disk: one error
+            path = self.steps.step_dir(step) if self.rank == 0 else Path(self.steps.root) / f"global_step_{step}"
+            if is_distributed():
+                dist.barrier()
+            lm = self.module.lm
+            info = {"kind": "policy", "global_step": step, "lora": builders.lora_info(self.config.model)}
+            info["source"] = "sft"
+            generation_config = getattr(_base_lm(lm), "generation_config", None)
+            assets = builders.hf_assets_saver(lm.config, self.tokenizer, generation_config, self.model_path)
+            self.shards.save(path / ACTOR_DIR, info=info, hf_assets=assets)
+            if self.rank == 0:
+                epoch, offset = divmod(step, self.steps_per_epoch)
+                self.steps.finalize(step, {"epoch": epoch, "step_in_epoch": offset})
         if is_distributed():
             dist.barrier()
-        lm = self.module.lm
-        info = {"kind": "policy", "global_step": step, "lora": builders.lora_info(self.config.model), "source": "sft"}
-        generation_config = getattr(_base_lm(lm), "generation_config", None)
-        assets = builders.hf_assets_saver(lm.config, self.tokenizer, generation_config, self.model_path)
-        self.shards.save(path / ACTOR_DIR, info=info, hf_assets=assets)
-        if self.rank == 0:
-            epoch, offset = divmod(step, self.steps_per_epoch)
-            self.steps.finalize(step, {"epoch": epoch, "step_in_epoch": offset})
-        if is_distributed():
-            dist.barrier()
+        self.num_saved += 1
         return path
 
     def resume(self) -> None:
@@ -310,6 +318,20 @@ class SFTTrainer:
         if is_distributed():
             dist.barrier()
         return folder
+
+
+def _no_checkpoint_message(config: SFTConfig, num_steps: int) -> str:
+    """What a run that trained `num_steps` steps and saved no checkpoint says when it ends."""
+    trainer = config.trainer
+    saved = (
+        f"the trained model is the Hugging Face folder {os.path.join(trainer.default_local_dir, HF_DIR)}"
+        if trainer.save_hf_model
+        else "with trainer.save_hf_model=False no model was written either"
+    )
+    return (
+        f"this run trained {num_steps} step(s) and saved no checkpoint (trainer.save_freq={trainer.save_freq}: 0 "
+        f"saves none; -1, the default, saves one at the end), so it cannot be resumed; {saved}."
+    )
 
 
 def _tensors(batch: dict[str, Any]) -> dict[str, torch.Tensor]:

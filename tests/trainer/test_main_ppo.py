@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import runpy
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from hyflow import cli
 from hyflow.data.prepare import prepare_task
+from hyflow.models.tiny import build_tiny_model
 from hyflow.trainer import main_ppo
 
 
@@ -125,6 +130,16 @@ def test_help_is_a_short_usage_that_points_to_the_reference(capsys):
     assert "--cfg job" in out and "docs/configuration.md" in out
 
 
+def test_help_says_that_save_freq_minus_one_saves_no_checkpoint_unlike_hyflow_sft(capsys):
+    assert main_ppo.main(["--help"]) == 0
+
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "The default, -1 (as verl), saves none at all: the run leaves nothing to resume or `hyflow merge`" in (
+        help_text
+    )
+    assert "(in `hyflow sft`, -1 saves at the end)" in help_text
+
+
 @pytest.mark.timeout(120)
 def test_python_m_main_ppo_and_hyflow_train_are_the_same_entry(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path)}
@@ -132,6 +147,57 @@ def test_python_m_main_ppo_and_hyflow_train_are_the_same_entry(tmp_path):
         result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, check=False)
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith("hyflow train (same as python -m hyflow.trainer.main_ppo)")
+
+
+@pytest.fixture
+def bad_data_launch(tmp_path) -> tuple[list[str], Path]:
+    """A launch line with a tiny model and a training file that lacks the `prompt` column; (overrides, the file)."""
+    model = build_tiny_model(tmp_path / "model", arch="qwen2", hidden_size=16, num_layers=1, intermediate_size=32)
+    train_file = tmp_path / "train.parquet"
+    pd.DataFrame({"question": ["1+1?", "2+2?"]}).to_parquet(train_file)
+    overrides = [
+        f"data.train_files={train_file}",
+        f"actor_rollout_ref.model.path={model}",
+        "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "trainer.backend=local",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
+    return overrides, train_file
+
+
+def _run_as_python_m(module: str, args: list[str], monkeypatch) -> int:
+    """`python -m <module> args...` in this process (the module's `__main__` block runs); returns its exit code."""
+    monkeypatch.setattr(sys, "argv", [module, *args])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as exited:
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: this test file imported the module before
+        runpy.run_module(module, run_name="__main__")
+    return exited.value.code
+
+
+def test_python_m_main_ppo_reports_a_bad_data_file_in_the_one_line_hyflow_train_prints(
+    bad_data_launch, monkeypatch, capsys
+):
+    overrides, train_file = bad_data_launch
+
+    python_m_code = _run_as_python_m("hyflow.trainer.main_ppo", overrides, monkeypatch)
+    python_m_err = capsys.readouterr().err
+    hyflow_train_code = cli.main(["train", *overrides])
+    hyflow_train_err = capsys.readouterr().err
+
+    assert python_m_code == hyflow_train_code == cli.EXIT_USER_ERROR
+    assert "Traceback" not in python_m_err
+    line = python_m_err.splitlines()[-1]
+    assert line == hyflow_train_err.splitlines()[-1]
+    assert line.startswith(f"hyflow train: data file {str(train_file)!r}, row 0, column 'prompt': the column is")
+
+
+def test_python_m_main_ppo_raises_with_the_stack_when_hyflow_traceback_is_set(bad_data_launch, monkeypatch):
+    overrides, _ = bad_data_launch
+    monkeypatch.setenv("HYFLOW_TRACEBACK", "1")
+
+    with pytest.raises(ValueError, match="column 'prompt': the column is missing"):
+        _run_as_python_m("hyflow.trainer.main_ppo", overrides, monkeypatch)
 
 
 def test_hydra_settings_of_a_verl_script_are_ignored_with_a_notice_and_write_no_outputs_folder(launch, capsys, caplog):

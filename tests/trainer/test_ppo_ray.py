@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from hyflow.controller import WorkerTimeoutError
 from hyflow.trainer.ppo_trainer import PPOTrainer
-from tests.process_kit import wait_until_gone
-from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config
+from tests.process_kit import shell_env, wait_until_gone
+from tests.trainer.ppo_testkit import build_assets, read_metrics, tiny_config, tiny_overrides
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300), pytest.mark.usefixtures("in_tmp_path")]
 
@@ -42,6 +44,23 @@ def test_grpo_on_the_ray_backend_trains_two_data_parallel_workers(ray_started_he
     assert {"actor/pg_loss", "actor/kl_loss", "timing_s/ref", "perf/throughput"} <= set(last)
     assert last["global_seqlen/balanced_max"] - last["global_seqlen/balanced_min"] <= last["global_seqlen/minmax_diff"]
     assert (tmp_path / "ckpt" / "global_step_2" / "actor").is_dir()
+
+
+def test_a_clean_ray_run_of_hyflow_train_ends_with_exit_0_and_no_signal_stack_dump(tmp_path):
+    assets = build_assets(tmp_path / "assets")
+    one_worker = ["trainer.backend=ray", "trainer.n_gpus_per_node=1", "trainer.ray_init.num_cpus=1"]
+    args = [*tiny_overrides(assets, tmp_path), *one_worker, "trainer.total_training_steps=1"]
+
+    result = subprocess.run(
+        [sys.executable, "-m", "hyflow.trainer.main_ppo", *args],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path, env=shell_env(), check=False,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "logs" / "tests" / "tiny" / "metrics.jsonl").is_file()
+    # the reward function's forked child, SIGTERMed at exit, printed Ray's fatal-signal dump (`SIGTERM received`)
+    assert "SIGTERM received" not in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

@@ -48,6 +48,16 @@ def test_grpo_on_the_local_backend_logs_every_stage_and_changes_the_actor(assets
 
 
 @pytest.mark.timeout(120)
+def test_a_run_with_save_freq_minus_one_says_at_its_end_that_it_saved_no_checkpoint(assets, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="hyflow.trainer.ppo_trainer"):
+        train(assets, tmp_path, "trainer.total_training_steps=1")
+
+    assert "this run trained 1 step(s) and saved no checkpoint (trainer.save_freq=-1;" in caplog.text
+    assert "nothing to resume or to turn into a Hugging Face folder with `hyflow merge`" in caplog.text
+    assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.timeout(120)
 def test_ppo_with_a_critic_trains_the_value_model_and_reports_values(assets, tmp_path):
     # save_freq=3 > the 2 steps: the checkpoint after the last step is written all the same
     steps, trainer, _ = train(
@@ -61,6 +71,7 @@ def test_ppo_with_a_critic_trains_the_value_model_and_reports_values(assets, tmp
     assert (tmp_path / "ckpt" / "global_step_2" / "critic").is_dir()
     assert (tmp_path / "ckpt" / "global_step_2" / "trainer_state.pt").is_file()
     assert trainer.workers.critic is not None
+    assert trainer.saved_steps == [2]
 
 
 @pytest.mark.timeout(120)

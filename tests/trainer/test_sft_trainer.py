@@ -1,13 +1,17 @@
 """SFTTrainer and `hyflow sft`: the loss goes down, it is independent of micro-batching, runs resume, the saved
 Hugging Face folder loads."""
 
+import errno
 import os
+import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint.filesystem as dcp_filesystem
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
@@ -16,6 +20,8 @@ from hyflow.data.prepare import prepare_task
 from hyflow.models.lora import hf_name
 from hyflow.models.tiny import build_tiny_model
 from hyflow.trainer import main_sft
+from hyflow.trainer.checkpoint_manager import StepCheckpoints
+from hyflow.trainer.checkpoint_save import CheckpointSaveError
 from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
 from hyflow.workers.fsdp import full_tensor
 
@@ -122,6 +128,80 @@ def test_hyflow_sft_without_train_files_says_which_key_to_set(assets, capsys, mo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as trainer.device=cpu does; restored afterwards
     assert main_sft.main([f"model.path={assets['model']}", "trainer.device=cpu"]) == 2
     assert "data.train_files=None" in capsys.readouterr().err
+
+
+def test_sft_help_says_that_save_freq_minus_one_saves_at_the_end_unlike_hyflow_train(capsys):
+    assert main_sft.main(["--help"]) == 0
+
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the default, -1 (as verl's SFT), saves only at the end, and 0 saves none" in help_text
+    assert "(in `hyflow train`, -1 saves none)" in help_text
+
+
+def test_a_run_with_save_freq_0_says_at_its_end_that_it_saved_no_checkpoint(assets, tmp_path, caplog):
+    config = load_sft_config(overrides(assets, tmp_path, "trainer.save_freq=0", "trainer.total_training_steps=1"))
+
+    with caplog.at_level("WARNING", logger="hyflow.trainer.sft_trainer"):
+        SFTTrainer(config).fit()
+
+    assert "this run trained 1 step(s) and saved no checkpoint (trainer.save_freq=0: 0 saves none" in caplog.text
+    assert f"the trained model is the Hugging Face folder {tmp_path / 'ckpt' / HF_DIR}" in caplog.text
+    assert not (tmp_path / "ckpt" / "global_step_1").exists()
+
+
+def test_a_run_that_saved_a_checkpoint_does_not_say_it_saved_none(assets, tmp_path, caplog):
+    one_step = overrides(assets, tmp_path, "trainer.total_training_steps=1", "trainer.save_hf_model=False")
+    config = load_sft_config(one_step)
+
+    with caplog.at_level("WARNING", logger="hyflow.trainer.sft_trainer"):
+        SFTTrainer(config).fit()
+
+    assert "saved no checkpoint" not in caplog.text
+    assert (tmp_path / "ckpt" / "global_step_1" / "trainer_state.pt").is_file()
+
+
+def test_hyflow_sft_stopped_by_sigterm_names_the_last_checkpoint_and_exits_143(assets, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as trainer.device=cpu does; restored afterwards
+    steps = StepCheckpoints(tmp_path / "ckpt")
+    steps.step_dir(4)
+    steps.finalize(4)  # a checkpoint an earlier part of the run saved
+
+    def stopped_while_training(config):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5.0)  # cut short: the handler runs at the next bytecode
+
+    def unhandled(signum, frame):
+        raise AssertionError("SIGTERM reached the test's own handler: hyflow sft did not handle it")
+
+    monkeypatch.setattr(main_sft, "run_sft", stopped_while_training)
+    previous = signal.signal(signal.SIGTERM, unhandled)  # without the entry's handler: fail, not end the session
+    try:
+        code = main_sft.main(overrides(assets, tmp_path, "trainer.device=cpu"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert code == 143
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    expected = f"hyflow sft: stopped by SIGTERM; the last complete checkpoint is {steps.root / 'global_step_4'} "
+    assert last_line.startswith(expected)
+
+
+def test_a_full_disk_during_an_sft_save_is_one_error_naming_the_folder_and_leaves_no_unfinished_files(
+    assets, tmp_path, monkeypatch
+):
+    trainer = SFTTrainer(load_sft_config(overrides(assets, tmp_path)))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(dcp_filesystem, "_write_item", disk_full)  # every shard write hits a full disk
+    with pytest.raises(CheckpointSaveError) as caught:
+        trainer.save_checkpoint()
+
+    message = str(caught.value)
+    assert f"into {tmp_path / 'ckpt' / 'global_step_0'} failed: OSError: [Errno 28] No space left" in message
+    assert "Free space there: " in message and "(trainer.max_ckpt_to_keep=N)" in message
+    assert list((tmp_path / "ckpt").iterdir()) == []
 
 
 def _first_step_on_two_ranks(rank: int, assets: dict[str, str], out: Path, port: int, results) -> None:
