@@ -51,6 +51,7 @@ def _moe_sizes(arch: str, intermediate_size: int) -> dict[str, int]:
         sizes["shared_expert_intermediate_size"] = intermediate_size
     return sizes
 
+
 # ChatML with Hermes-style tools, written for hyflow. `tools` go into the system turn as JSON lines; assistant
 # tool calls render as <tool_call>{json}</tool_call>; tool results go back in a user turn as <tool_response>.
 CHAT_TEMPLATE = (

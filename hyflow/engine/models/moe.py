@@ -40,7 +40,9 @@ from hyflow.engine.parallel import TensorParallel, TensorSlice
 MOE_BASE_FAMILY = {"qwen3_moe": "qwen3", "qwen2_moe": "qwen2", "mixtral": "mistral"}
 
 # One expert's projection, by either naming: (layer prefix, expert, projection)
-_PER_EXPERT = re.compile(r"^(.*)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$")
+_PER_EXPERT = re.compile(
+    r"^(.*)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$"
+)
 # All experts' projections fused: (layer prefix, which)
 _FUSED = re.compile(r"^(.*)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 _ROUTER = re.compile(r"^(.*)\.block_sparse_moe\.gate\.weight$")  # Mixtral's router name -> ours (mlp.gate)
@@ -74,7 +76,8 @@ class MoEArgs:
         dense_only = set(getattr(config, "mlp_only_layers", None) or [])
         step = getattr(config, "decoder_sparse_step", 1) or 1
         sparse = tuple(
-            layer not in dense_only and config.num_experts > 0 and (layer + 1) % step == 0 for layer in range(num_layers)
+            layer not in dense_only and config.num_experts > 0 and (layer + 1) % step == 0
+            for layer in range(num_layers)
         )
         return cls(
             num_experts=config.num_experts,
@@ -231,8 +234,9 @@ def load_expert_weight(
     if target.expert is None and target.part is None and target.param.endswith("w13"):  # fused gate_up (X, 2I, E)
         full = moe.intermediate_size
         if tensor.shape[1] == 2 * full and tp_size > 1:
+            gate, up = tensor[:, :full], tensor[:, full:]
             start = tp_rank * columns
-            tensor = torch.cat([tensor[:, start : start + columns], tensor[:, full + start : full + start + columns]], 1)
+            tensor = torch.cat([gate[:, start : start + columns], up[:, start : start + columns]], 1)
         _copy_checked(dest, tensor, name, target.param)
         return
     if target.part is not None:
