@@ -21,7 +21,9 @@ MOE_FAMILIES = ("qwen3_moe", "qwen2_moe", "mixtral")
 
 
 def _engine(source) -> LLMEngine:
-    return LLMEngine(source, EngineConfig(block_size=4, max_model_len=64, max_num_batched_tokens=64, num_kv_blocks=64))
+    """On the CPU in fp32, as the reference (test_gpu.py covers the MoE families on CUDA, graphs and all)."""
+    config = EngineConfig(block_size=4, max_model_len=64, max_num_batched_tokens=64, num_kv_blocks=64, device="cpu")
+    return LLMEngine(source, config)
 
 
 def _tokens(engine: LLMEngine) -> list[list[int]]:

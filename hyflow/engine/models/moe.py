@@ -15,7 +15,8 @@ with each expert's gate rows above its up rows, and `w2` (X, E, I). Checkpoints 
 weight update never reallocates.
 
 The experts run grouped: the (token, expert) pairs are sorted by expert and each expert multiplies its rows in one
-matmul (eager; the same rows in the same order as transformers' loop, so fp32 results agree to the last bits).
+matmul (eager; the same rows in the same order as transformers' loop, so fp32 results agree to the last bits). On
+CUDA the fused Triton layer (triton_moe.py) computes the same without a host sync, inside CUDA graphs.
 
 Tensor parallelism splits every expert's intermediate columns over the ranks (column-parallel gate/up, row-parallel
 down, as the dense MLP): each rank computes its partial sum for all experts, the shared expert's partial sum is
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hyflow.engine import triton_moe
 from hyflow.engine.models.ops import silu_and_mul
 from hyflow.engine.parallel import TensorParallel, TensorSlice
 
@@ -174,7 +176,8 @@ class SparseMoeBlock(nn.Module):
         weights, expert_ids = route(
             self.gate(x), moe.top_k, moe.normalize_top_k, x.dtype if moe.weights_in_model_dtype else None
         )
-        y = grouped_experts(x, expert_ids, weights, self.experts.w13, self.experts.w2)
+        experts = triton_moe.fused_experts if x.is_cuda and triton_moe.available() else grouped_experts
+        y = experts(x, expert_ids, weights, self.experts.w13, self.experts.w2)
         if self.shared_expert is not None:
             y = y + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return self.tp.all_reduce(y)
