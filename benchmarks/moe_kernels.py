@@ -70,16 +70,25 @@ def bound_seconds(tokens: int, experts: int, top_k: int, hidden: int, width: int
     return touched * 3 * hidden * width * 2 / bandwidth
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", default="1,16,64,256,1024,8192")
-    parser.add_argument("--sweep", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--tokens", default="1,16,64,256,1024,8192", help="comma-separated token counts T")
+    parser.add_argument("--sweep", action="store_true", help="time every tile setting of SWEEP per T")
+    args = parser.parse_args(argv)
+    try:
+        args.token_counts = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        parser.error(f"--tokens={args.tokens}: give comma-separated whole numbers, e.g. 1,256,8192")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     name = torch.cuda.get_device_name()
     bandwidth = next((v for k, v in PEAK_BANDWIDTH.items() if k in name), PEAK_BANDWIDTH["H100"])
     experts, top_k, hidden, width = 128, 8, 2048, 768
     print(f"device {name}; Qwen3-30B-A3B experts: X={experts} k={top_k} E={hidden} I={width}, bf16")
-    for tokens in (int(t) for t in args.tokens.split(",")):
+    for tokens in args.token_counts:
         x, ids, weights, w13, w2 = _inputs(tokens, experts, top_k, hidden, width)
         bound = bound_seconds(tokens, experts, top_k, hidden, width, bandwidth)
         fused = _time_graph(lambda: triton_moe.fused_experts(x, ids, weights, w13, w2))  # noqa: B023
