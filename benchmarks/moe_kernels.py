@@ -41,6 +41,7 @@ def _inputs(tokens: int, experts: int, top_k: int, hidden: int, width: int):
 def _time_graph(fn, repeats: int = 20) -> float:
     """Median seconds of `fn` replayed as one CUDA graph."""
     stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
     with torch.cuda.stream(stream):
         for _ in range(3):
             fn()
