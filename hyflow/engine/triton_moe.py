@@ -27,12 +27,14 @@ available = triton_kernels.available
 
 
 def launch_config(num_pairs: int, num_experts: int) -> dict[str, int]:
-    """Tile sizes: small row blocks when few pairs reach each expert (decode), larger ones for prefill."""
+    """Tile sizes: small row blocks when few pairs reach each expert (decode), larger ones for prefill. From
+    benchmarks/moe_kernels.py's sweep on an H100 at the Qwen3-30B-A3B shape (the best of 24 settings at 1, 64,
+    256, 2048 and 8192 tokens; 2-4% over the first guesses)."""
     if num_pairs <= 4 * num_experts:
-        return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
+        return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
     if num_pairs <= 64 * num_experts:
-        return {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
-    return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+        return {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+    return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}
 
 
 def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
