@@ -3,6 +3,7 @@
     python benchmarks/rollout_throughput.py              # GPU: Qwen2-0.5B shape, bf16, cases (a) and (b)
     python benchmarks/rollout_throughput.py --shape 7b --cases a,d --no-hf   # Qwen2.5-7B shape
     python benchmarks/rollout_throughput.py --cases long --no-hf   # 64 prompts x 256 -> 4096 new tokens
+    python benchmarks/rollout_throughput.py --shape 30b-a3b --num-layers 16 --cases a,b   # Qwen3-30B-A3B, 16 layers
     python benchmarks/rollout_throughput.py --tiny       # CPU: a tiny model, small shapes (minutes on a laptop)
     python benchmarks/rollout_throughput.py --no-hf --no-vllm   # engine only
     python benchmarks/rollout_throughput.py --no-hf --num-scheduler-steps 1   # one host round trip per token
@@ -40,8 +41,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rollout_throughput_vllm import VLLMGenerator, vllm_missing  # this script's folder; imports vLLM only to run
-from shapes import SHAPES
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from shapes import MOE_SHAPES, SHAPES
+from transformers import AutoModelForCausalLM, PretrainedConfig, Qwen2Config, Qwen3MoeConfig
 
 from hyflow.engine import triton_step
 from hyflow.engine.config import EngineConfig, SamplingParams
@@ -81,17 +82,38 @@ TINY_CASES = [
 WARMUP_TOKENS = 512  # a warm-up run generates at most this many tokens per sequence: it compiles and captures
 
 
-def qwen2_config(shape: str, max_model_len: int = 2048) -> Qwen2Config:
-    config = Qwen2Config(**SHAPES[shape], max_position_embeddings=max(2048, max_model_len))
-    config.architectures = ["Qwen2ForCausalLM"]
+def model_config(shape: str, max_model_len: int = 2048, num_layers: int | None = None) -> PretrainedConfig:
+    """The random-weight model's config: a Qwen2 shape of `SHAPES`, or a Qwen3-MoE shape of `MOE_SHAPES`."""
+    sizes = {**SHAPES, **MOE_SHAPES}[shape]
+    if num_layers is not None:
+        sizes = {**sizes, "num_hidden_layers": num_layers}
+    config_cls, arch = (
+        (Qwen3MoeConfig, "Qwen3MoeForCausalLM") if shape in MOE_SHAPES else (Qwen2Config, "Qwen2ForCausalLM")
+    )
+    config = config_cls(**sizes, max_position_embeddings=max(2048, max_model_len))
+    config.architectures = [arch]
     return config
 
 
-def decode_bound_seconds(model: torch.nn.Module, case: Case, dtype_bytes: int) -> float:
-    """Lower bound of one mid-generation decode step: read all weights and the average KV context once."""
+def weights_read_per_step(model: torch.nn.Module, rows: int) -> float:
+    """Parameters one decode step of `rows` sequences must read: all of a dense model's; for a mixture of experts
+    the dense part plus the experts that some row is routed to, in expectation X·(1 − (1 − k/X)^rows) per layer
+    (uniform routing, as random weights give)."""
     config = model.config
-    weights = sum(p.numel() for p in model.parameters()) * dtype_bytes
-    head_dim = config.hidden_size // config.num_attention_heads
+    total = sum(p.numel() for p in model.parameters())
+    num_experts = getattr(config, "num_experts", 0)
+    if not num_experts:
+        return float(total)
+    expert = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
+    touched = 1 - (1 - config.num_experts_per_tok / num_experts) ** rows
+    return total - expert + expert * touched
+
+
+def decode_bound_seconds(model: torch.nn.Module, case: Case, dtype_bytes: int) -> float:
+    """Lower bound of one mid-generation decode step: read the weights it needs and the average KV context once."""
+    config = model.config
+    weights = weights_read_per_step(model, case.num_prompts * case.n) * dtype_bytes
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
     rows = case.num_prompts * case.n
     avg_context = case.prompt_len + case.new_tokens / 2
@@ -183,7 +205,8 @@ def profile_decode(engine: LLMEngine, prompts: list[list[int]], case: Case) -> N
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny model on CPU")
-    parser.add_argument("--shape", choices=["0.5b", "7b"], default="0.5b", help="the GPU model's shape")
+    parser.add_argument("--shape", choices=["0.5b", "7b", "30b-a3b"], default="0.5b", help="the GPU model's shape")
+    parser.add_argument("--num-layers", type=int, default=None, help="cut the shape's depth (e.g. 30b-a3b on one GPU)")
     parser.add_argument("--no-hf", action="store_true", help="skip transformers.generate")
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM")
     parser.add_argument("--cases", default="a,b", help=f"comma-separated, of {[c.name for c in GPU_CASES]}")
@@ -249,7 +272,7 @@ def warmup_case(case: Case) -> Case:
 
 
 def run_vllm_side(
-    config: Qwen2Config, cases: list[Case], prompts: dict[str, list[list[list[int]]]], max_len: int
+    config: PretrainedConfig, cases: list[Case], prompts: dict[str, list[list[list[int]]]], max_len: int
 ) -> dict[str, Any]:
     """vLLM's tokens/s per case (warm-up, then one per repeat) on the same prompts, or why it did not run."""
     generator = VLLMGenerator(config, max_len)
@@ -299,10 +322,12 @@ def main() -> None:
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
         args.no_hf = args.no_vllm = True
-    shape = "tiny" if device == "cpu" else args.shape
+    shape = args.shape
+    if device == "cpu":  # a smoke test of the same kind of model
+        shape = "tiny-moe" if shape in MOE_SHAPES else "tiny"
     cases = [c for c in (TINY_CASES if device == "cpu" else GPU_CASES) if c.name in args.cases.split(",")]
     max_len = max(c.prompt_len + c.new_tokens for c in cases)
-    config = qwen2_config(shape, max_len)
+    config = model_config(shape, max_len, args.num_layers)
     torch.manual_seed(0)  # the same weights and prompts on every rank
     # Fresh random prompts for every run (a run never finds another's prompts in the prefix cache), the same for
     # every side: the warm-up's first, then one set per repeat.
@@ -313,8 +338,11 @@ def main() -> None:
         result["vllm"] = run_vllm_side(config, cases, prompts, max_len)
     elif is_main_rank():
         print(f"vLLM skipped: {skipped}")
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in the run's dtype: no fp32 copy of a large model at any time
     with torch.device(device):  # built in place: a 7B model's random init on the host takes minutes
-        model = Qwen2ForCausalLM(config).to(dtype=dtype).eval()
+        model = AutoModelForCausalLM.from_config(config).eval()
+    torch.set_default_dtype(default_dtype)
     engine = build_engine(args, model, max_len, max(c.num_prompts * c.n for c in cases))
     if is_main_rank():
         print(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark of the repo in one go, each beside its baseline, with a time limit per step:
 #   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
-# Parts (comma-separated): tests, grpo, actor, rollout, vlm (the Qwen2.5-VL-3B shape: generation, a GRPO step);
+# Parts (comma-separated): tests, grpo, actor, rollout, vlm (the Qwen2.5-VL-3B shape: generation, a GRPO step),
+# moe (the Qwen3-30B-A3B shape cut to 16 layers: generation beside transformers.generate, the fused MoE kernels);
 # and peers (not by default: vLLM beside the engine at the 0.5B and 7B shapes, the 7B GRPO step beside TRL+vLLM;
 # needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md); nemo (not by default: the GRPO step at NeMo-RL's
 # Llama-3.1-8B shape per GPU, the one-GPU anchor of issue #23, ~4 minutes; NEMO_RL_SHAPE in suite_step.sh).
@@ -11,12 +12,12 @@
 # TRL's side of grpo_step.py needs trl (and datasets, dill, multiprocess); without it that side is skipped.
 set -uo pipefail
 source "$(dirname "$0")/suite_step.sh"
-results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout,vlm
+results_and_parts "${1:-}" "${2:-}" tests,grpo,actor,rollout,vlm,moe
 
 if [[ $parts == *,tests,* ]]; then
     step gpu_tests 180 "passed|failed|FAILED|skipped in" \
         python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/engine/test_triton_rope.py \
-        tests/engine/test_triton_step.py tests/engine/test_async_scheduling.py \
+        tests/engine/test_triton_step.py tests/engine/test_async_scheduling.py tests/engine/test_triton_moe.py \
         tests/models/test_fused_gpu.py \
         tests/models/test_packing_gpu.py
 fi
@@ -40,6 +41,13 @@ fi
 if [[ $parts == *,vlm,* ]]; then
     step vlm_generate 240 "^prompt|engine|transformers" python3 benchmarks/vlm_generate.py
     step vlm_grpo_step 400 "steps 2-4|generated|hyflow |peak" python3 benchmarks/vlm_grpo_step.py
+fi
+if [[ $parts == *,moe,* ]]; then
+    step moe_generate 200 "^case|skipped" python3 benchmarks/rollout_throughput.py --shape 30b-a3b --num-layers 16 \
+        --cases a --trace
+    step moe_generate_grpo 200 "^case|skipped" python3 benchmarks/rollout_throughput.py --shape 30b-a3b \
+        --num-layers 16 --cases b --no-hf --trace
+    step moe_kernels 200 "^T=|^device" python3 benchmarks/moe_kernels.py
 fi
 if [[ $parts == *,peers,* ]]; then
     step rollout_peers_05b 330 "^case|skipped" python3 benchmarks/rollout_throughput.py --cases a,b,c,long --no-hf

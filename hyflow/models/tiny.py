@@ -4,6 +4,7 @@ Tests and `hyflow demo` use it so that nothing is downloaded:
 
     from hyflow.models.tiny import build_tiny_model, build_tiny_tokenizer
     path = build_tiny_model("/tmp/tiny-qwen2", arch="qwen2")          # model + tokenizer, random init (seeded)
+    path = build_tiny_model("/tmp/tiny-moe", arch="qwen3_moe")        # mixture of experts: 4 experts, top-2
     model = AutoModelForCausalLM.from_pretrained(path)                   # works with HF_HUB_OFFLINE=1
 
 The tokenizer is a byte-level BPE trained in well under a second on a small built-in text (digits are always
@@ -29,7 +30,27 @@ SPECIAL_TOKENS = [PAD, IM_START, IM_END]
 # Tool markup: plain (non-special) added tokens, so they survive `skip_special_tokens=True` like Qwen's.
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 
-SUPPORTED_ARCHS = ("qwen2", "llama", "qwen3", "mistral")
+SUPPORTED_ARCHS = ("qwen2", "llama", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral")
+# Mixture-of-experts archs: 4 experts, 2 per token, each expert half the dense MLP's width (Qwen2-MoE's shared
+# expert as wide as it); Mixtral's experts are `intermediate_size` wide.
+MOE_EXPERTS, MOE_TOP_K = 4, 2
+
+
+def _moe_sizes(arch: str, intermediate_size: int) -> dict[str, int]:
+    if arch == "mixtral":
+        return {"num_local_experts": MOE_EXPERTS, "num_experts_per_tok": MOE_TOP_K}
+    if arch not in ("qwen3_moe", "qwen2_moe"):
+        return {}
+    sizes = {
+        "num_experts": MOE_EXPERTS,
+        "num_experts_per_tok": MOE_TOP_K,
+        "moe_intermediate_size": max(intermediate_size // 2, 1),
+        "norm_topk_prob": True,
+    }
+    if arch == "qwen2_moe":
+        sizes["shared_expert_intermediate_size"] = intermediate_size
+    return sizes
+
 
 # ChatML with Hermes-style tools, written for hyflow. `tools` go into the system turn as JSON lines; assistant
 # tool calls render as <tool_call>{json}</tool_call>; tool results go back in a user turn as <tool_response>.
@@ -148,6 +169,7 @@ def _model_config(arch: str, vocab_size: int, tokenizer: PreTrainedTokenizerFast
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=eos_id,
         bos_token_id=None,
+        **_moe_sizes(arch, sizes["intermediate_size"]),
         **sizes,
     )
 

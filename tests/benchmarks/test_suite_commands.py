@@ -166,9 +166,10 @@ def test_each_part_of_the_multi_gpu_suite_fits_one_ten_minute_device_call(tmp_pa
 
 
 def test_every_command_of_the_one_gpu_suite_is_accepted_by_its_scripts_parser(tmp_path):
-    commands = suite_commands("run_gpu_suite.sh", tmp_path, parts="tests,grpo,actor,rollout,vlm,peers,nemo")
+    commands = suite_commands("run_gpu_suite.sh", tmp_path, parts="tests,grpo,actor,rollout,vlm,moe,peers,nemo")
 
-    assert {"gpu_tests", "grpo_step", "vlm_grpo_step", "grpo_7b", "grpo_7b_nemo_rl_1gpu"} <= set(commands)
+    expected = {"gpu_tests", "grpo_step", "vlm_grpo_step", "moe_kernels", "moe_generate", "grpo_7b"}
+    assert expected | {"grpo_7b_nemo_rl_1gpu"} <= set(commands)
     assert problems(commands) == {}
 
 

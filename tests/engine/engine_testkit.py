@@ -14,10 +14,16 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 from hyflow.models.tiny import peak_weights
@@ -36,6 +42,18 @@ FAMILIES = {
     "mistral": (MistralConfig, MistralForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+    "qwen2_moe": (Qwen2MoeConfig, Qwen2MoeForCausalLM),
+    "mixtral": (MixtralConfig, MixtralForCausalLM),
+}
+# Mixture-of-experts sizes: 4 experts, 2 per token; Qwen2-MoE with its shared expert, Qwen3-MoE with one dense layer
+# (mlp_only_layers) so both kinds of layer run.
+MOE_SIZES = {
+    "qwen3_moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, mlp_only_layers=[1]),
+    "qwen2_moe": dict(
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48
+    ),
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
 }
 
 
@@ -55,8 +73,9 @@ def make_tiny_hf_model(family: str = "qwen2", seed: int = 0, **overrides) -> tor
         eos_token_id=2,
         pad_token_id=0,
     )
-    if family == "qwen3":
+    if family in ("qwen3", "qwen3_moe"):
         kwargs["head_dim"] = 16
+    kwargs.update(MOE_SIZES.get(family, {}))
     kwargs.update(overrides)
     config = config_cls(**kwargs)
     config.architectures = [model_cls.__name__]

@@ -40,6 +40,8 @@ CASES = {
     "qwen2": ("qwen2", {}),
     "qwen3": ("qwen3", {"vocab_size": 95}),
     "llama_one_kv_head": ("llama", {"num_key_value_heads": 1, "attention_bias": True, "mlp_bias": True}),
+    "qwen2_moe": ("qwen2_moe", {}),  # experts' columns split, fused gate_up cut per rank, shared expert split
+    "mixtral": ("mixtral", {}),
 }
 WORKER_PROMPTS = [[[5, 9, 13, 17, 21, 3], [11, 4, 8]], [[30, 31, 32, 33], [7, 7, 2, 6, 1]]]  # one chunk per rank
 

@@ -48,7 +48,7 @@ def test_tiny_chat_template_renders_tools_tool_calls_and_generation_prompt(token
     assert plain == f"{IM_START}user\nadd 2 and 3{IM_END}\n"
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3", "mistral"])
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral"])
 def test_tiny_model_folder_loads_offline_with_from_pretrained(tmp_path, tokenizer, arch, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     path = build_tiny_model(tmp_path / arch, arch=arch, tokenizer=tokenizer)

@@ -5,6 +5,9 @@
     model = load_model(path, tp=TensorParallel.from_world(2))   # this rank's tensor-parallel shard (parallel.py)
     vision = load_vision(path, dtype=torch.bfloat16, device="cuda")   # a VLM's vision tower (None: a text model)
 
+A mixture-of-experts model (Qwen3-MoE, Qwen2-MoE, Mixtral) is the same decoder with sparse expert blocks in place
+of the dense MLPs (moe.py).
+
 A vision-language model (Qwen2-VL, Qwen2.5-VL) is its decoder, built here from `config.text_config`, plus
 transformers' vision tower for the family (vision.py), which the engine runs at prefill.
 
@@ -42,6 +45,9 @@ ARCHITECTURES: dict[str, str] = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",  # mixture of experts (moe.py)
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "MixtralForCausalLM": "mixtral",
     "Qwen2VLForConditionalGeneration": "qwen2",  # + the vision tower (vision.py)
     "Qwen2_5_VLForConditionalGeneration": "qwen2",
 }

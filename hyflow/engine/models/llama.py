@@ -29,6 +29,15 @@ from torch import nn
 
 from hyflow.engine import triton_rope
 from hyflow.engine.attention import AttentionMasks, AttentionMetadata, paged_attention, write_kv_cache
+from hyflow.engine.models.moe import (
+    MOE_BASE_FAMILY,
+    MoEArgs,
+    SparseMoeBlock,
+    expert_hf_slice,
+    expert_weight_target,
+    load_expert_weight,
+    rename_router,
+)
 from hyflow.engine.models.mrope import rotary_embedding
 from hyflow.engine.models.ops import add_rms_norm, rms_norm, silu_and_mul
 from hyflow.engine.models.rope import RotaryEmbedding, rope_parameters
@@ -66,6 +75,17 @@ class DecoderArgs:
     sliding_windows: list[int | None] = field(default_factory=list)  # one per layer, None = full attention
     tp_size: int = 1  # tensor-parallel ranks the model is split over, and which of them this copy is
     tp_rank: int = 0
+    moe: MoEArgs | None = None  # the experts of a mixture-of-experts model (moe.py); None: dense
+
+    def mlp_columns(self, name: str) -> tuple[int, int, int]:
+        """(columns on this rank, first column, columns in all) of the MLP that HF weight `name` belongs to: the
+        dense MLP's, or Qwen2-MoE's shared expert's."""
+        if self.moe is not None and ".shared_expert." in name:
+            full = self.moe.shared_intermediate_size
+            columns = full // self.tp_size
+            return columns, self.tp_rank * columns, full
+        layout = self.layout
+        return layout.intermediate_size, layout.intermediate_start, self.intermediate_size
 
     def sharded(self, tp_size: int, tp_rank: int) -> DecoderArgs:
         """These args for TP rank `tp_rank` of `tp_size`; ValueError (naming the fix) when the model does not split
@@ -73,6 +93,8 @@ class DecoderArgs:
         ShardLayout.for_rank(
             self.num_heads, self.num_kv_heads, self.intermediate_size, self.vocab_size, tp_size, tp_rank
         )
+        if self.moe is not None:
+            self.moe.check_split(tp_size)
         return dataclasses.replace(self, tp_size=tp_size, tp_rank=tp_rank)
 
     @property
@@ -89,6 +111,10 @@ class DecoderArgs:
         if self.tp_size == 1:
             return None
         layout, head_dim = self.layout, self.head_dim
+        expert = expert_weight_target(name)
+        if expert is not None:
+            return expert_hf_slice(expert, self.moe, self.tp_size, self.tp_rank)
+        columns, start, full_columns = self.mlp_columns(name)
         for hf_part, (ours, index) in PACKED.items():
             if f".{hf_part}." in name:
                 if ours == "qkv_proj":
@@ -96,18 +122,22 @@ class DecoderArgs:
                     heads = layout.num_heads if index == 0 else layout.num_kv_heads
                     full = self.num_heads if index == 0 else self.num_kv_heads
                     return TensorSlice(0, first * head_dim, heads * head_dim, full * head_dim)
-                return TensorSlice(0, layout.intermediate_start, layout.intermediate_size, self.intermediate_size)
+                return TensorSlice(0, start, columns, full_columns)
         if name in ("model.embed_tokens.weight", "lm_head.weight"):
             return TensorSlice(0, layout.vocab_start, layout.vocab_real_rows, self.vocab_size)
         if name.endswith(".o_proj.weight"):
             width = layout.num_heads * head_dim
             return TensorSlice(1, layout.head_start * head_dim, width, self.num_heads * head_dim)
         if name.endswith(".down_proj.weight"):
-            return TensorSlice(1, layout.intermediate_start, layout.intermediate_size, self.intermediate_size)
+            return TensorSlice(1, start, columns, full_columns)
         return None
 
     @classmethod
     def from_hf(cls, config: Any, family: str, max_positions: int) -> DecoderArgs:
+        """The args of `config` (a text config) for a `family` of `engine.models.ARCHITECTURES`; a
+        mixture-of-experts family (moe.py) takes its attention from the dense family it extends."""
+        moe = MoEArgs.from_hf(config, family) if family in MOE_BASE_FAMILY else None
+        family = MOE_BASE_FAMILY.get(family, family)
         act = getattr(config, "hidden_act", "silu")
         if act != "silu":
             raise ValueError(
@@ -127,12 +157,13 @@ class DecoderArgs:
             rms_norm_eps=config.rms_norm_eps,
             max_positions=max_positions,
             rope=rope_parameters(config),
-            qkv_bias=True if family == "qwen2" else attention_bias,
+            qkv_bias=bool(getattr(config, "qkv_bias", True)) if family == "qwen2" else attention_bias,
             o_bias=False if family == "qwen2" else attention_bias,
             mlp_bias=bool(getattr(config, "mlp_bias", False)),
             qk_norm=family == "qwen3",
             tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
             sliding_windows=_sliding_windows(config, family),
+            moe=moe,
         )
 
 
@@ -250,10 +281,11 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: DecoderArgs, rotary: RotaryEmbedding, tp: TensorParallel) -> None:
+    def __init__(self, args: DecoderArgs, rotary: RotaryEmbedding, tp: TensorParallel, index: int) -> None:
         super().__init__()
         self.self_attn = Attention(args, rotary, tp)
-        self.mlp = MLP(args, tp)
+        sparse = args.moe is not None and args.moe.sparse_layers[index]
+        self.mlp = SparseMoeBlock(args.hidden_size, args.moe, tp) if sparse else MLP(args, tp)
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
@@ -283,7 +315,7 @@ class DecoderModel(nn.Module):
         self.rotary = rotary_embedding(args.head_dim, args.max_positions, args.rope)
         layout = args.layout
         self.embed_tokens = VocabParallelEmbedding(layout.vocab_rows, args.hidden_size, layout.vocab_start, tp)
-        self.layers = nn.ModuleList(DecoderLayer(args, self.rotary, tp) for _ in range(args.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(args, self.rotary, tp, i) for i in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
 
@@ -336,7 +368,7 @@ class DecoderForCausalLM(nn.Module):
                 if ours == "qkv_proj":
                     q, kv = layout.num_heads * head_dim, layout.num_kv_heads * head_dim
                     return name.replace(hf_part, ours), [(0, q), (q, kv), (q + kv, kv)][index], source
-                columns = layout.intermediate_size
+                columns = self.args.mlp_columns(name)[0]
                 return name.replace(hf_part, ours), (index * columns, columns), source
         if name in ("model.embed_tokens.weight", "lm_head.weight"):
             return name, (0, layout.vocab_real_rows), source
@@ -353,7 +385,13 @@ class DecoderForCausalLM(nn.Module):
                 continue
             if hf_name == "lm_head.weight" and self.args.tie_word_embeddings:
                 continue  # the same tensor as model.embed_tokens.weight
-            name, span, source = self._shard(hf_name)
+            expert = expert_weight_target(hf_name)
+            if expert is not None and expert.param in params:
+                args = self.args
+                load_expert_weight(params[expert.param], hf_name, tensor, args.moe, args.tp_size, args.tp_rank)
+                count += 1
+                continue
+            name, span, source = self._shard(rename_router(hf_name))
             if name not in params:
                 raise KeyError(
                     f"weight {hf_name!r} has no counterpart in the hyflow engine's model (expected Hugging Face "
