@@ -11,14 +11,15 @@ It uses none of hyflow's training machinery (only the task's calculator, schema 
 OpenAI endpoint it runs the same. The trainer finds it through
 `hyflow/agent/configs/openai_calculator_agent.yaml` (`actor_rollout_ref.rollout.agent.agent_loop_config_path`),
 the rows name it in `agent_name`, and the reward managers take its return value as the row's score
-(`agent_reward`). The demo table's `val_acc` column is the mean of that reward over the validation samples.
+(`agent_reward`). The demo table's `val_rew` column is the mean of that reward over the validation samples (a reward, not
+an accuracy), its `calls` column the calculator calls per episode.
 
-The task and model are the tools task's (hyflow/demo_tools.py: the same traces, tiny model and SFT recipe), so the two
+The task and model are the tools task's (hyflow/demos/tools.py: the same traces, tiny model and SFT recipe), so the two
 demos differ in who runs the tool, hyflow's `ToolAgentLoop` or the agent's own code, and in the sizes: this one
 stops SFT after 37 steps, when the model calls the calculator in about a third of its replies (after 25 steps it
 never does, after 40 almost always), and GRPO teaches it to call. Measured with the plain `hyflow demo --task
 openai_agent` (these defaults, seed 0) on a 2-core CPU shared with other jobs: 342 s wall time; the mean training
-reward 0.17 -> 0.37 (step 1 -> 20; 0.16 -> 0.30 over steps 1-3 -> 8-10, as tests/test_demo_openai_agent.py checks),
+reward 0.17 -> 0.37 (step 1 -> 20; 0.16 -> 0.30 over steps 1-3 -> 8-10, as tests/demos/test_openai_agent.py checks),
 calculator calls per episode 0.34 -> 0.84, and the validation reward (64 prompts x 4 samples) 0.255 -> 0.323.
 """
 
@@ -29,12 +30,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hyflow import demo_tools
 from hyflow.agent.openai_agent import openai_agent_loop
+from hyflow.demos import tools as demo_tools
 
 TASK = "openai_agent"
 AGENT_NAME = "calculator_openai_agent"
-AGENT_LOOP_CONFIG = Path(__file__).parent / "agent" / "configs" / "openai_calculator_agent.yaml"
+AGENT_LOOP_CONFIG = Path(__file__).parents[1] / "agent" / "configs" / "openai_calculator_agent.yaml"
 MAX_MODEL_CALLS = 2  # the call, then the answer (as the tools task's max_assistant_turns)
 TOOL_WEIGHT = 0.5  # the share of the reward for a calculator call that ran (see `reward`)
 # `hyflow demo --task openai_agent` uses these instead of DemoPlan's defaults (a flag given on the command line wins).

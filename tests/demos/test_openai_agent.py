@@ -10,13 +10,14 @@ import pytest
 import torch
 import yaml
 
-from hyflow import demo, demo_openai_agent, demo_tools
 from hyflow.config import load_config
 from hyflow.config.sft import load_sft_config
+from hyflow.demos import openai_agent as demo_openai_agent
+from hyflow.demos import runner as demo
+from hyflow.demos import tools as demo_tools
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
-
-from .docs.markdown import REPO, blocks
+from tests.docs.markdown import REPO, blocks
 
 # The demo's own sizes (37 SFT steps: the model calls the calculator in about a third of its replies), 10 GRPO
 # steps instead of 20, no validation.
@@ -90,7 +91,7 @@ def test_the_demo_task_has_its_own_sizes_and_its_loop_file():
     assert "actor_rollout_ref.rollout.multi_turn.tool_config_path" not in overrides  # the agent runs its own tool
     loops = yaml.safe_load(demo_openai_agent.AGENT_LOOP_CONFIG.read_text())
     assert loops == {
-        "agent_loops": [{"name": demo_openai_agent.AGENT_NAME, "_target_": "hyflow.demo_openai_agent.CalculatorAgent"}]
+        "agent_loops": [{"name": demo_openai_agent.AGENT_NAME, "_target_": "hyflow.demos.openai_agent.CalculatorAgent"}]
     }
     shown = [b.code for b in blocks(REPO / "docs" / "concepts" / "agent_loop.md") if b.lang == "yaml"]
     assert any(yaml.safe_load(code) == loops for code in shown)  # the docs show the file as it is
