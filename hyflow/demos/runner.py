@@ -228,21 +228,21 @@ def final_save_overrides(base: list[str], plan: DemoPlan) -> list[str]:
     return tools.with_overrides(base, save)
 
 
-def export_policy(checkpoints: Path) -> str:
-    """The newest complete checkpoint under `checkpoints` written as a Hugging Face folder,
+def export_policy(checkpoints: Path, step: int) -> str:
+    """The policy of the checkpoint `checkpoints/global_step_<step>` written as a Hugging Face folder,
     `checkpoints/huggingface` (replacing one an earlier run left); returns its path."""
     import shutil
 
-    from hyflow.trainer.checkpoint_manager import ACTOR_DIR, find_latest_checkpoint
+    from hyflow.trainer.checkpoint_manager import ACTOR_DIR, is_complete
     from hyflow.trainer.sft_trainer import HF_DIR
     from hyflow.workers.merge import merge_checkpoint
 
-    latest = find_latest_checkpoint(checkpoints)
-    if latest is None:
-        raise RuntimeError(f"GRPO finished without a complete checkpoint under {checkpoints}; nothing to export.")
+    saved = checkpoints / f"global_step_{step}"
+    if not is_complete(saved):
+        raise RuntimeError(f"GRPO ended at step {step} without a complete checkpoint {saved}; nothing to export.")
     folder = checkpoints / HF_DIR
     shutil.rmtree(folder, ignore_errors=True)
-    return merge_checkpoint(str(latest / ACTOR_DIR), str(folder))
+    return merge_checkpoint(str(saved / ACTOR_DIR), str(folder))
 
 
 def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, device: str, table: Any) -> str:
@@ -266,7 +266,7 @@ def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, 
         trainer.fit()
     finally:
         trainer.close()
-    return export_policy(out / "grpo")
+    return export_policy(out / "grpo", trainer.global_step)
 
 
 def run_demo(plan: DemoPlan) -> list[Any]:
