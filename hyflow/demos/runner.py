@@ -53,9 +53,9 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
 TASK_OPTIONS: dict[str, dict[str, Any]] = {
     "arith": dict(num_digits=1, num_operands=2, operators="+-"),
     "countdown": dict(num_numbers=3, max_number=9),
-    tools.TASK: dict(num_digits=tools.NUM_DIGITS),  # calculator traces; see hyflow/tools.py
-    vision.TASK: vision.TASK_OPTIONS,  # pictures of shapes; see hyflow/vision.py
-    openai_agent.TASK: dict(num_digits=tools.NUM_DIGITS),  # see hyflow/openai_agent.py
+    tools.TASK: dict(num_digits=tools.NUM_DIGITS),  # calculator traces; see hyflow/demos/tools.py
+    vision.TASK: vision.TASK_OPTIONS,  # pictures of shapes; see hyflow/demos/vision.py
+    openai_agent.TASK: dict(num_digits=tools.NUM_DIGITS),  # see hyflow/demos/openai_agent.py
 }
 DEFAULT_OUTPUT_ROOT = "hyflow-demo"  # each task writes into DEFAULT_OUTPUT_ROOT/<task> unless --output says otherwise
 MAX_PROMPT_LENGTH = 64
@@ -79,7 +79,7 @@ class DemoPlan:
     sft_steps: int = 400  # at most; SFT stops earlier once the loss reaches sft_target_loss
     sft_target_loss: float = 0.17  # mean SFT loss over the last SFT_WINDOW steps that counts as "partly right"
     grpo_steps: int = 80
-    output: str = ""  # "" means hyflow-demo/<task> (`DEFAULT_OUTPUT`)
+    output: str = ""  # "" means hyflow-demo/<task> (`default_output`)
     device: str = "auto"
     seed: int = 0
     train_size: int = 4000
