@@ -8,7 +8,7 @@ asynchronous (staleness 1 and 4), on a split placement (1 training + 1 rollout R
         --sync-final 0.527                                      # corrected, against the recorded synchronous run
 
 The model is `hyflow demo`'s tiny one, SFT-trained on the synthetic arithmetic task (built once under `--assets`
-and reused), and every run uses the demo's GRPO settings (`hyflow.demo.grpo_overrides`: two optimizer steps per
+and reused), and every run uses the demo's GRPO settings (`hyflow.demos.runner.grpo_overrides`: two optimizer steps per
 batch, lr 1e-3, validation at temperature 1 with 4 samples per prompt) with `trainer.placement=split`; the
 asynchronous runs generate in chunks of `--chunk-prompts` prompts, and `--correction` picks their off-policy
 correction (`CORRECTIONS`: none, decoupled PPO with token TIS, or bypass PPO clipped against the engine's
@@ -91,8 +91,8 @@ def parse_args() -> argparse.Namespace:
 def demo_grpo_overrides(args: argparse.Namespace, folder: Path) -> list[str]:
     """The demo's tiny model SFT-trained on its arithmetic task (built once under `folder`), and the demo's GRPO
     settings for it, with this run's sizes."""
-    from hyflow.demo import DemoPlan, build_assets, grpo_overrides, run_sft_phase
-    from hyflow.demo_plot import DemoTable
+    from hyflow.demos.plot import DemoTable
+    from hyflow.demos.runner import DemoPlan, build_assets, grpo_overrides, run_sft_phase
 
     plan = DemoPlan(
         sft_steps=args.sft_steps, grpo_prompts=args.prompts, grpo_samples=args.samples, test_size=args.test_size
@@ -117,7 +117,7 @@ def run_mode(mode: str, args: argparse.Namespace, demo: list[str], out: Path) ->
     """Train one mode; returns {step: validation accuracy}, the mean staleness and the wall time."""
     from async_rl import train  # this folder's throughput benchmark: the same way of running a mode
 
-    from hyflow.demo_plot import val_accuracy
+    from hyflow.demos.plot import val_accuracy
 
     overrides = [
         *demo,

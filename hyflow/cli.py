@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 # name -> (entry point "module:function", one-line help). Add a line here when a job lands.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("hyflow.demo:main", "tiny model, SFT, then GRPO on a synthetic task: RL end to end in minutes"),
+    "demo": ("hyflow.demos.runner:main", "tiny model, SFT, then GRPO on a synthetic task: RL end to end in minutes"),
     "train": ("hyflow.trainer.main_ppo:main", "PPO/GRPO training: Hydra overrides with verl's keys (key=value ...)"),
     "prepare-data": ("hyflow.data.prepare:main", "write train/test parquet for a task (gsm8k, geo3k, shapes, ...)"),
     "generate": ("hyflow.rollout.generate:main", "batch generation over a parquet of chat prompts"),

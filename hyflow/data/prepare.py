@@ -29,6 +29,21 @@ _SYNTHETIC_OPTIONS = {
     "countdown": ("train_size", "test_size", "num_numbers", "max_number"),
     "shapes": ("train_size", "test_size", "question", "max_count", "image_size"),
 }
+# Where the raw files of each task with an input come from, with today's tools: `hf` is huggingface_hub's command
+# (`pip install -U huggingface_hub`; it replaced `huggingface-cli`); the files it fetches are the ones
+# `hyflow prepare-data` reads (parquet files whose names contain train / test).
+DOWNLOADS = {
+    "gsm8k": "hf download openai/gsm8k --repo-type dataset --include 'main/*' --local-dir ~/data/gsm8k",
+    "math": "hf download EleutherAI/hendrycks_math --repo-type dataset --local-dir ~/data/MATH",
+    "geo3k": "hf download hiyouga/geometry3k --repo-type dataset --local-dir ~/data/geometry3k",
+}
+
+
+def missing_input_error(task: str, input_path: str | os.PathLike | None) -> ValueError:
+    """The error for a task whose raw files are not at `input_path` (None: not given), saying how to get them."""
+    problem = "--input is required" if input_path is None else f"--input {str(input_path)!r} does not exist"
+    where = f" Get them with `{DOWNLOADS[task]}`, then pass that folder as --input." if task in DOWNLOADS else ""
+    return ValueError(f"prepare-data {task}: {problem} (the file or folder with the raw data).{where}")
 
 
 def write_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> None:
@@ -59,8 +74,8 @@ def prepare_task(
     if task in _SYNTHETIC_OPTIONS:
         splits = module.make_splits(seed=seed, **options)
     else:
-        if input_path is None:
-            raise ValueError(f"prepare-data {task}: --input is required (the file or folder with the raw data).")
+        if input_path is None or not Path(input_path).exists():
+            raise missing_input_error(task, input_path)
         splits = module.make_splits(input_path, seed=seed, **options)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     written = {}

@@ -12,7 +12,7 @@ def check_local_model_folder(path: str | os.PathLike, key: str = "actor_rollout_
     if not os.path.isdir(path):
         raise ValueError(
             f"{key}={path!r} is not a local folder. hyflow loads models only from local Hugging Face folders and "
-            "downloads nothing; download the checkpoint first (e.g. `huggingface-cli download NAME --local-dir DIR`) "
+            "downloads nothing; download the checkpoint first (e.g. `hf download NAME --local-dir DIR`) "
             f"and set {key}=DIR, or build a tiny one with hyflow.models.tiny.build_tiny_model(DIR)."
         )
     if not os.path.isfile(os.path.join(path, "config.json")):

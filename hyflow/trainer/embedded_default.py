@@ -1,9 +1,10 @@
 """The embedded default: what `hyflow train` (and `python -m hyflow.trainer.main_ppo`) runs when the command line
 names neither `actor_rollout_ref.model.path` nor `data.train_files`.
 
-It is `hyflow demo`'s GRPO phase (`hyflow.demo`): the demo's tiny model, SFT-trained on the synthetic arithmetic
-task so that it is partly right, then GRPO on that task with the demo's settings (`hyflow.demo.grpo_overrides`),
-logged to the console. The model and data are built once, on first use, under `$HYFLOW_HOME/embedded_default`
+It is `hyflow demo`'s GRPO phase (`hyflow.demos.runner`): the demo's tiny model, SFT-trained on the synthetic
+arithmetic task so that it is partly right, then GRPO on that task with the demo's settings
+(`hyflow.demos.runner.grpo_overrides`), logged to the console. The model and data are built once, on first use,
+under `$HYFLOW_HOME/embedded_default`
 (`~/.cache/hyflow/embedded_default` by default; the first run spends the demo's SFT phase, a few minutes on a
 laptop CPU) and reused afterwards.
 Any other override on the command line applies on top (`hyflow train trainer.total_training_steps=5`).
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
 
-    from hyflow.demo import DemoPlan
+    from hyflow.demos.runner import DemoPlan
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def home() -> Path:
 
 def plan() -> DemoPlan:
     """The demo run whose model, data and GRPO settings the embedded default takes (the demo's defaults)."""
-    from hyflow.demo import DemoPlan
+    from hyflow.demos.runner import DemoPlan
 
     return DemoPlan()
 
@@ -57,7 +58,7 @@ def is_built() -> bool:
 def overrides(build: bool = True) -> list[str]:
     """The demo's GRPO overrides, on the embedded model and data; `build` makes them first when missing (without
     it the paths are where they will be)."""
-    from hyflow.demo import grpo_overrides
+    from hyflow.demos.runner import grpo_overrides
     from hyflow.trainer.sft_trainer import HF_DIR
 
     demo_plan, folder = plan(), home()
@@ -70,10 +71,10 @@ def overrides(build: bool = True) -> list[str]:
 
 
 def prepare(demo_plan: DemoPlan, folder: Path) -> tuple[str, dict[str, str]]:
-    """Build the tiny model and the task's parquet files under `folder` with `hyflow.demo`, SFT the model, and
-    mark the folder complete; returns (the SFT'd model's folder, {"train": ..., "test": ...})."""
-    from hyflow.demo import build_assets, run_sft_phase
-    from hyflow.demo_plot import DemoTable
+    """Build the tiny model and the task's parquet files under `folder` with `hyflow.demos.runner`, SFT the model,
+    and mark the folder complete; returns (the SFT'd model's folder, {"train": ..., "test": ...})."""
+    from hyflow.demos.plot import DemoTable
+    from hyflow.demos.runner import build_assets, run_sft_phase
 
     task = demo_plan.task
     logger.info("embedded default: building the tiny model and the %s task under %s (once; SFT first)", task, folder)

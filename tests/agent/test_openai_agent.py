@@ -183,7 +183,7 @@ def test_a_reward_that_is_not_a_number_fails_the_episode_naming_the_function(mak
 def test_the_demo_agent_runs_the_calculator_itself_and_rewards_the_call_and_the_answer(
     make_server, make_context, tokenizer, script, reward, tool_result
 ):
-    from hyflow.demo_openai_agent import CalculatorAgent
+    from hyflow.demos.openai_agent import CalculatorAgent
 
     sample = {"raw_prompt": [{"role": "user", "content": "Compute 6 * 7."}], "reward_model": {"ground_truth": "42"}}
     loop = CalculatorAgent(make_context(make_server(script, add_eos=True)))

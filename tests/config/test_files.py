@@ -74,6 +74,12 @@ def test_a_missing_model_folder_is_reported_under_the_model_key_not_the_tokenize
     assert "tokenizer_path" not in problem
 
 
+def test_a_missing_model_folder_names_the_hf_download_command_of_current_huggingface_hub(home):
+    (problem,) = _problems([*GRPO, "actor_rollout_ref.model.path=~/nowhere", TRAIN])
+
+    assert "`hf download NAME --local-dir DIR`" in problem and "huggingface-cli" not in problem
+
+
 def test_a_folder_without_config_json_is_not_a_model_folder(home):
     (problem,) = _problems([*GRPO, "actor_rollout_ref.model.path=~/data", TRAIN])
 

@@ -51,3 +51,12 @@ def test_prepare_data_command_passes_each_synthetic_task_its_own_flags(tmp_path)
     assert hyflow_main(["prepare-data", "arith", *sizes, str(tmp_path / "a"), "--num-operands", "3"]) == 0
     expression = pq.read_table(tmp_path / "a" / "test.parquet").to_pylist()[0]["extra_info"]["expression"]
     assert len(expression.split()) == 5  # three operands, two operators
+
+
+def test_missing_gsm8k_or_math_data_names_the_hf_download_command_that_fetches_it(tmp_path, caplog):
+    for task, dataset in (("gsm8k", "openai/gsm8k"), ("math", "EleutherAI/hendrycks_math")):
+        caplog.clear()
+        assert hyflow_main(["prepare-data", task, "--input", str(tmp_path / "nowhere"), "--output", str(tmp_path)]) == 2
+        error = caplog.text
+        assert f"--input '{tmp_path / 'nowhere'}' does not exist" in error
+        assert f"`hf download {dataset} --repo-type dataset" in error and "huggingface-cli" not in error

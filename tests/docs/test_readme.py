@@ -7,28 +7,42 @@ fails `test_every_readme_command_is_claimed_by_a_test` until a test covers it.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
+import json
+import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
+import time
 import tomllib
+import urllib.request
+from pathlib import Path
 
 import pytest
 
-from hyflow import cli, demo, demo_tools
-from hyflow.demo_tools import with_overrides
+from hyflow import cli
+from hyflow.demos import runner as demo
+from hyflow.demos import tools as demo_tools
+from hyflow.demos.tools import with_overrides
 from tests.process_kit import shell_env
 
-from .markdown import REPO, blocks
+from .markdown import REPO, blocks, pages
 
 README = REPO / "README.md"
+EXTRAS_ENV = Path(__file__).with_name("extras_env.py")
 
 # The first words of each README command -> the test that covers it.
 CLAIMED = {
     "pip install torch==": "test_the_torch_pin_is_the_one_the_test_script_installs",
-    "pip install -e": "test_the_editable_install_names_extras_that_exist",
+    "pip install -e": "test_readme_demo_commands_run_shrunk_with_only_the_extras_readme_installs",
     "hyflow demo --grpo-steps 0": "test_the_tiny_model_route_to_hyflow_train_runs",
-    "hyflow demo": "test_readme_demo_command_runs_shrunk",
+    "hyflow demo": "test_readme_demo_commands_run_shrunk_with_only_the_extras_readme_installs",
+    "hyflow demo --task tools": "test_readme_serving_commands_and_snippet_stream_a_calculator_call_of_the_demo_model",
+    "hyflow serve": "test_readme_serving_commands_and_snippet_stream_a_calculator_call_of_the_demo_model",
     "bash scripts/test.sh": "test_the_test_script_is_valid_bash",
     "hyflow prepare-data gsm8k": "test_the_prepare_data_command_parses",
     "hyflow prepare-data arith": "test_the_tiny_model_route_to_hyflow_train_runs",
@@ -75,11 +89,15 @@ def test_the_torch_pin_is_the_one_the_test_script_installs():
     assert "--index-url https://download.pytorch.org/whl/cpu" in README.read_text()  # the CPU-only route
 
 
-def test_the_editable_install_names_extras_that_exist():
+def readme_extras() -> list[str]:
+    """The extras of README's `pip install -e ".[...]"`."""
     target = command("pip install -e")[3]
-    extras = re.fullmatch(r"\.\[(.*)\]", target)[1].split(",")
+    return re.fullmatch(r"\.\[(.*)\]", target)[1].split(",")
+
+
+def test_the_editable_install_names_extras_that_exist():
     defined = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert set(extras) <= set(defined)
+    assert set(readme_extras()) <= set(defined)
 
 
 def test_the_test_script_is_valid_bash():
@@ -94,20 +112,41 @@ def test_the_prepare_data_command_parses():
     assert (args.task, args.input.endswith("data/gsm8k")) == ("gsm8k", True)
 
 
-SHRINK_DEMO = ["--device", "cpu", "--threads", "1", "--sft-steps", "3", "--grpo-steps", "2", "--train-size", "64"]
-SHRINK_DEMO += ["--test-size", "8", "--grpo-prompts", "4", "--grpo-samples", "2", "--test-freq", "1"]
+SHRINK_DEMO = ["--device", "cpu", "--threads", "1", "--sft-steps", "3", "--grpo-steps", "2", "--train-size", "16"]
+SHRINK_DEMO += ["--test-size", "4", "--sft-batch-size", "4", "--grpo-prompts", "2", "--grpo-samples", "2"]
+SHRINK_DEMO += ["--test-freq", "1"]
 
 
-@pytest.mark.timeout(300)
-def test_readme_demo_command_runs_shrunk(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as --device cpu does; restored afterwards
+def documented_demo_tasks() -> set[str]:
+    """Every task that README or a docs page shows as `hyflow demo --task NAME`."""
+    texts = [README.read_text(), *(page.read_text() for page in pages())]
+    return {task for text in texts for task in re.findall(r"hyflow demo --task (\w+)", text)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_readme_demo_commands_run_shrunk_with_only_the_extras_readme_installs(tmp_path):
+    """README's `hyflow demo` and every `--task` the docs show, shrunk, in one process that can import only what
+    `pip install -e ".[<README's extras>]"` installs (tests/docs/extras_env.py: a fresh venv, simulated)."""
     words = command("hyflow demo")
     assert words[:2] == ["hyflow", "demo"]
-    assert cli.main([*words[1:], "--output", str(tmp_path), *SHRINK_DEMO]) == 0
-    assert "validation accuracy:" in capsys.readouterr().out
-    rows = (tmp_path / "curves.csv").read_text().splitlines()
-    phases = [row.split(",")[0] for row in rows[1:]]
-    assert phases.count("sft") >= 1 and phases.count("grpo") == 3  # validation before training, then two steps
+    tasks = ["arith", *sorted(documented_demo_tasks())]
+    assert {"tools", "openai_agent", "vision"} <= set(tasks)
+    runs = [[*words[1:], "--task", task, *SHRINK_DEMO] for task in tasks]
+    env = shell_env() | {
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    command_line = [sys.executable, str(EXTRAS_ENV), ",".join(readme_extras()), json.dumps(runs)]
+    result = subprocess.run(command_line, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=580)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "validation accuracy:" in result.stdout
+    for task in tasks:  # each in its own folder (hyflow-demo/<task>), the GRPO-trained model as a HF folder
+        folder = tmp_path / demo.default_output(task)
+        phases = [row.split(",")[0] for row in (folder / "curves.csv").read_text().splitlines()[1:]]
+        assert phases.count("sft") >= 1 and phases.count("grpo") == 3, task  # validation before training, 2 steps
+        assert (folder / "grpo" / "huggingface" / "config.json").is_file(), task
+        assert f"model: {(folder / 'grpo' / 'huggingface').resolve()}" in result.stdout
 
 
 def test_readme_tools_demo_claim_names_the_plain_command_and_its_defaults():
@@ -162,3 +201,68 @@ def test_the_validation_metric_names_readme_gives_are_the_logged_ones():
     float_only = process_validation_metrics(sources, uids, {"reward": [0.5, 0.25, 1.0, 0.0]})
     assert "val-core/gsm8k/acc/mean@2" in with_acc and "val-core/gsm8k/reward/mean@2" not in with_acc
     assert "val-core/gsm8k/reward/mean@2" in float_only
+
+
+def readme_serving_snippet() -> str:
+    section = README.read_text().split("## Serving", 1)[1].split("\n## ", 1)[0]
+    (code,) = [block.code for block in blocks(README) if block.lang == "python" and block.code in section]
+    return code
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until_healthy(server: subprocess.Popen, port: int, log: Path, patience_s: float = 300.0) -> None:
+    """Poll `/health` until the server answers 200; fail with the end of its log if it exits or never does."""
+    deadline = time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        assert server.poll() is None, f"hyflow serve exited {server.returncode}:\n{log.read_text()[-3000:]}"
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/health") as answer:
+            if answer.status == 200:
+                return
+        time.sleep(1)
+    raise AssertionError(f"hyflow serve did not answer /health within {patience_s:g} s")
+
+
+# A short tools demo (the real one runs 37 min): 40 SFT steps at a high learning rate teach the calculator call.
+SHRINK_TOOLS_DEMO = ["--device", "cpu", "--threads", "1", "--sft-steps", "40", "--sft-batch-size", "16"]
+SHRINK_TOOLS_DEMO += ["--train-size", "64", "--test-size", "4", "--grpo-steps", "1", "--grpo-prompts", "4"]
+SHRINK_TOOLS_DEMO += ["--grpo-samples", "2", "--test-freq", "1"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_readme_serving_commands_and_snippet_stream_a_calculator_call_of_the_demo_model(tmp_path, monkeypatch):
+    """README's two serving commands in its order (the tools demo shrunk, `hyflow serve` as written but for the
+    port), then its snippet: the demo's GRPO-trained model streams a parsed calculator call."""
+    from hyflow.data.preprocess.tool_traces import TOOL_SCHEMA
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    words = command("hyflow demo --task tools")
+    plan = demo.plan_from_args(demo._parser().parse_args([*words[2:], *SHRINK_TOOLS_DEMO]))
+    demo.run_demo(dataclasses.replace(plan, sft_lr=1e-2, sft_target_loss=0.0))  # no flags for these two
+    serve, port = command("hyflow serve"), free_port()
+    serve[serve.index("--port") + 1] = str(port)
+    printed, log = io.StringIO(), tmp_path / "serve.log"
+    with (
+        log.open("w") as output,
+        subprocess.Popen(
+            [sys.executable, "-m", "hyflow", *serve[1:]], env=shell_env(), stdout=output, stderr=subprocess.STDOUT
+        ) as server,
+    ):
+        try:
+            wait_until_healthy(server, port, log)
+            code = readme_serving_snippet().replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+            namespace: dict = {}
+            with contextlib.redirect_stdout(printed):
+                exec(compile(code, str(README), "exec"), namespace)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    assert namespace["calculator"] == TOOL_SCHEMA  # the tool exactly as the demo's model learnt it
+    call, reason = printed.getvalue().splitlines()[-2:]  # a short SFT's model may copy a number wrong
+    assert re.fullmatch(r'calculator \{"expression": "\d \* \d"\}', call) and reason == "tool_calls", printed.getvalue()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hyflow.demo import DemoPlan
+from hyflow.demos.runner import DemoPlan
 from hyflow.trainer import embedded_default, main_ppo
 
 

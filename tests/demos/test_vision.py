@@ -5,7 +5,8 @@ import re
 import pytest
 import torch
 
-from hyflow import demo
+from hyflow.demos import runner as demo
+from hyflow.demos import vision
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +33,6 @@ def test_vision_task_brings_its_own_run_sizes_and_flags_still_win(monkeypatch):
     plans = []
     monkeypatch.setattr(demo, "run_demo", plans.append)
     assert demo.main(["--task", "vision", "--grpo-steps", "3"]) == 0
-    assert plans[0].grpo_steps == 3 and plans[0].grpo_prompts == demo.demo_vision.PLAN_DEFAULTS["grpo_prompts"]
+    assert plans[0].grpo_steps == 3 and plans[0].grpo_prompts == vision.PLAN_DEFAULTS["grpo_prompts"]
     assert demo.main(["--task", "arith"]) == 0
     assert plans[1].grpo_prompts == demo.DemoPlan().grpo_prompts

@@ -2,7 +2,12 @@
 
     table = DemoTable(stream=sys.stdout)
     table.log({"critic/score/mean": 0.4, "val-core/arith/acc/mean@1": 0.3}, step=1)   # one row per step
+    print(summary(table.rows, seconds=60))     # validation accuracy (or reward), calculator calls: first -> last
     save_curves(table.rows, "out/demo")        # out/demo/curves.png with matplotlib, else out/demo/curves.csv
+
+The names are README's: `val_acc` is the validation accuracy of a task whose scorer reports `acc` (arith,
+countdown, tools, vision), `val_rew` the validation reward of one whose score is a plain number (openai_agent:
+the agent's own reward, which is not an accuracy), `calls` the calculator calls per episode of an agent task.
 
 Rows are written through `tqdm.write`, so that they never glue onto the trainer's progress bar. `DemoTable` is a
 tracking backend (it has Tracking's `log` / `log_generations` / `finish`), so the demo adds it to
@@ -28,16 +33,25 @@ logger = logging.getLogger(__name__)
 
 SCORE_KEY = "critic/score/mean"
 STEP_TIME_KEY = "timing_s/step"
+TOOL_CALLS_KEY = "agent/num_tool_calls/mean"  # tool calls per episode (the calculator: the demos' only tool)
+
+
+def val_mean(data: dict[str, float], var: str) -> float | None:
+    """The mean of `val-core/<source>/<var>/mean@N` over data sources, or None when the step has none."""
+    values = [v for k, v in data.items() if k.startswith("val-core/") and f"/{var}/mean@" in k]
+    return sum(values) / len(values) if values else None
 
 
 def val_accuracy(data: dict[str, float]) -> float | None:
-    """The headline validation accuracy of a metrics dict: the mean of `val-core/<source>/acc/mean@N` (else of
-    `.../reward/mean@N`) over data sources, or None when the step did not validate."""
-    for var in ("acc", "reward"):
-        values = [v for k, v in data.items() if k.startswith("val-core/") and f"/{var}/mean@" in k]
-        if values:
-            return sum(values) / len(values)
-    return None
+    """The headline validation accuracy of a metrics dict: the mean of `val-core/<source>/acc/mean@N` over data
+    sources, or None when the step did not validate or its scorer reports no accuracy (see `val_reward`)."""
+    return val_mean(data, "acc")
+
+
+def val_reward(data: dict[str, float]) -> float | None:
+    """The validation reward of a task whose scorer reports no accuracy (`val-core/<source>/reward/mean@N`), or None
+    when the step did not validate or has an accuracy (`val_accuracy`)."""
+    return None if val_accuracy(data) is not None else val_mean(data, "reward")
 
 
 @dataclass
@@ -48,7 +62,9 @@ class CurvePoint:
     step: int
     train_loss: float = math.nan  # SFT: token-mean NLL of the assistant tokens
     reward: float = math.nan  # GRPO: mean task score of the step's samples
-    val_accuracy: float = math.nan
+    val_accuracy: float = math.nan  # `val_accuracy` of the step's validation
+    val_reward: float = math.nan  # `val_reward`: tasks scored by a number that is not an accuracy
+    tool_calls: float = math.nan  # GRPO on an agent task: calculator calls per episode
     seconds: float = math.nan
 
 
@@ -66,7 +82,8 @@ class DemoTable:
         self._printed_header = False
 
     def header(self) -> None:
-        self._print(f"{'phase':<5} {'step':>5} {'loss':>7} {'reward':>7} {'val_acc':>8} {'sec':>6}")
+        names = f"{'loss':>7} {'reward':>7} {'val_acc':>8} {'val_rew':>8} {'calls':>6} {'sec':>6}"
+        self._print(f"{'phase':<5} {'step':>5} {names}")
         self._printed_header = True
 
     def add(self, point: CurvePoint) -> None:
@@ -78,6 +95,8 @@ class DemoTable:
             _cell(point.train_loss, 7),
             _cell(point.reward, 7),
             _cell(point.val_accuracy, 8),
+            _cell(point.val_reward, 8),
+            _cell(point.tool_calls, 6, 2),
             _cell(point.seconds, 6, 1),
         ]
         self._print(" ".join(cells))
@@ -90,12 +109,14 @@ class DemoTable:
     # ---- the Tracking backend interface ----
     def log(self, data: dict[str, float], step: int) -> None:
         """A PPO trainer step (or the validation before training, at step 0)."""
-        accuracy = val_accuracy(data)
+        accuracy, reward = val_accuracy(data), val_reward(data)
         point = CurvePoint(
             self.phase,
             step,
             reward=data.get(SCORE_KEY, math.nan),
             val_accuracy=math.nan if accuracy is None else accuracy,
+            val_reward=math.nan if reward is None else reward,
+            tool_calls=data.get(TOOL_CALLS_KEY, math.nan),
             seconds=data.get(STEP_TIME_KEY, math.nan),
         )
         self.add(point)
@@ -107,6 +128,31 @@ class DemoTable:
 
     def finish(self) -> None:
         self.stream.flush()
+
+
+def _first_and_last(rows: Sequence[CurvePoint], name: str) -> tuple[CurvePoint, CurvePoint] | None:
+    """The first and last GRPO rows that have a value for `name`, or None when fewer than two have one."""
+    found = [row for row in rows if row.phase == "grpo" and not math.isnan(getattr(row, name))]
+    return (found[0], found[-1]) if len(found) >= 2 else None
+
+
+def summary(rows: Sequence[CurvePoint], seconds: float) -> str:
+    """What README quotes of a demo run, under README's names: the validation accuracy (or reward, for a task
+    scored by a number that is not an accuracy) after SFT and after GRPO, the calculator calls per episode at the
+    first and last GRPO step (agent tasks), and the wall time."""
+    lines = []
+    if pair := _first_and_last(rows, "val_accuracy"):
+        first, last = pair[0].val_accuracy, pair[1].val_accuracy
+        change = f"{100 * (last - first):+.1f} points"
+        lines.append(f"validation accuracy: {100 * first:.1f}% after SFT -> {100 * last:.1f}% after GRPO ({change})")
+    if pair := _first_and_last(rows, "val_reward"):
+        first, last = pair[0].val_reward, pair[1].val_reward
+        lines.append(f"validation reward: {first:.3f} after SFT -> {last:.3f} after GRPO ({last - first:+.3f})")
+    if pair := _first_and_last(rows, "tool_calls"):
+        start, end = pair
+        calls = f"{start.tool_calls:.2f} at GRPO step {start.step} -> {end.tool_calls:.2f} at step {end.step}"
+        lines.append(f"calculator calls per episode: {calls}")
+    return "\n".join([*lines, f"wall time {seconds:.0f} s"])
 
 
 def save_curves(rows: Sequence[CurvePoint], folder: str | os.PathLike, title: str = "hyflow demo") -> str:
@@ -128,9 +174,8 @@ def save_curves(rows: Sequence[CurvePoint], folder: str | os.PathLike, title: st
     png_path = os.path.join(folder, "curves.png")
     fig, (sft_ax, rl_ax) = plt.subplots(1, 2, figsize=(11, 4))
     _plot(sft_ax, [r for r in rows if r.phase == "sft"], [("train_loss", "train loss")], "SFT")
-    _plot(
-        rl_ax, [r for r in rows if r.phase == "grpo"], [("reward", "reward"), ("val_accuracy", "val accuracy")], "GRPO"
-    )
+    series = [("reward", "reward"), ("val_accuracy", "val accuracy"), ("val_reward", "val reward")]
+    _plot(rl_ax, [r for r in rows if r.phase == "grpo"], [*series, ("tool_calls", "calculator calls")], "GRPO")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)

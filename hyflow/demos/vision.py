@@ -2,7 +2,7 @@
 
     hyflow demo --task vision
 
-What changes from the single-turn tasks (everything else is `hyflow.demo`'s run):
+What changes from the single-turn tasks (everything else is `hyflow.demos.runner`'s run):
 1. model: a tiny Qwen2-VL with random weights and its processor (`hyflow.models.tiny_vlm`), built locally;
 2. data: the synthetic `shapes` task (`hyflow.data.preprocess.shapes`): a 56x56 picture of one to three shapes
    of one colour per prompt, `<image>What color are the shapes in the picture? Put the answer in
@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hyflow.demo_tools import with_overrides
+from hyflow.demos.tools import with_overrides
 
 TASK = "vision"
 DATA_TASK = "shapes"
 TASK_OPTIONS: dict[str, Any] = dict(question="color", max_count=3, image_size=56)
 MAX_PROMPT_LENGTH = 56  # ~36 text tokens + 4 image tokens (56x56 pixels) + the chat markup
 MAX_RESPONSE_LENGTH = 12  # <answer>green</answer><|im_end|> is ~10
-# The demo's run sizes for this task (`demo.DemoPlan` fields): SFT stops once the format is learnt and the colour
+# The demo's run sizes for this task (`runner.DemoPlan` fields): SFT stops once the format is learnt and the colour
 # partly (loss 0.1 per token; reading the colour takes it to ~0.003), GRPO on 16 prompts x 8 answers per step.
 PLAN_DEFAULTS: dict[str, Any] = dict(
     sft_steps=200,
@@ -49,7 +49,7 @@ PLAN_DEFAULTS: dict[str, Any] = dict(
 
 
 def build_assets(plan: Any, out: Path) -> tuple[str, dict[str, str]]:
-    """The untrained tiny VLM folder and the shapes task's train/test parquet files (`plan`: a `demo.DemoPlan`)."""
+    """The untrained tiny VLM folder and the shapes task's train/test parquet files (`plan`: a `runner.DemoPlan`)."""
     from hyflow.data.prepare import prepare_task
     from hyflow.models.tiny_vlm import build_tiny_vlm
 

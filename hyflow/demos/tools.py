@@ -2,7 +2,7 @@
 
     hyflow demo --task tools          # the sizes of PLAN_DEFAULTS below, unless a flag sets one
 
-What changes from the single-turn tasks (everything else is `hyflow.demo`'s run):
+What changes from the single-turn tasks (everything else is `hyflow.demos.runner`'s run):
 1. data: `hyflow.data.preprocess.tool_traces` writes products with a Hermes-format trace per question (call
    `calculator` with the expression, read its result, answer);
 2. SFT imitates the whole trace (`messages` + the calculator's schema in `tools`): the loss covers the model's
@@ -34,7 +34,7 @@ TASK = "tools"
 NUM_DIGITS = 1  # digits of each operand (see the module docstring)
 MAX_PROMPT_LENGTH = 352  # the calculator's schema in the system turn takes most of it
 MAX_RESPONSE_LENGTH = 80  # tool call (~34 tokens) + tool response (~21) + answer (~13)
-TOOL_CONFIG = Path(__file__).parent / "agent" / "configs" / "calculator_tool.yaml"
+TOOL_CONFIG = Path(__file__).parents[1] / "agent" / "configs" / "calculator_tool.yaml"
 # `hyflow demo --task tools` uses these instead of DemoPlan's defaults (a flag given on the command line wins).
 PLAN_DEFAULTS: dict[str, Any] = dict(
     sft_steps=800,
@@ -58,7 +58,7 @@ def with_overrides(base: Sequence[str], updates: dict[str, Any]) -> list[str]:
 def build_assets(
     plan: Any, out: Path, model_sizes: dict[str, int], num_digits: int = NUM_DIGITS, agent_name: str = "tool_agent"
 ) -> tuple[str, dict[str, str]]:
-    """The untrained model folder and the tool traces' train/test parquet files (`plan`: a `demo.DemoPlan`), whose
+    """The untrained model folder and the tool traces' train/test parquet files (`plan`: a `runner.DemoPlan`), whose
     rows run the agent loop `agent_name`."""
     from hyflow.data.preprocess.tool_traces import write_splits
     from hyflow.models.tiny import build_tiny_model

@@ -5,9 +5,10 @@
     hyflow demo --sft-steps 0                    # GRPO straight from the random model (it will not learn)
     hyflow demo --task tools                     # tool calling: SFT on calculator traces, GRPO through the agent loop
     hyflow demo --task openai_agent              # the same, the tool run by an openai-client agent program
-    hyflow demo --task vision                    # a tiny vision-language model reads pictures (hyflow/demo_vision.py)
+    hyflow demo --task vision                    # a tiny vision-language model reads pictures (hyflow/demos/vision.py)
 
-What it does, in order (everything lands under `--output`):
+What it does, in order (everything lands under `--output`, by default `hyflow-demo/<task>/`, so that each task
+keeps its own model and data):
 1. builds hyflow's tiny tokenizer and a randomly initialised Qwen2-shaped model (`hyflow.models.tiny`);
 2. writes the synthetic task (`hyflow.data.prepare`): prompts such as `Compute 7 + 5. Put the answer in
    <answer></answer>.`, a rule-based reward, and a reference answer per row;
@@ -15,8 +16,11 @@ What it does, in order (everything lands under `--output`):
    format and is *partly* right;
 4. GRPO (`hyflow.trainer.ppo_trainer`) on the same prompts with the task reward: per step it samples a group of
    answers per prompt, scores them, and pushes the policy towards the better ones;
-5. prints one row per step (SFT loss; GRPO mean reward and validation accuracy) and saves the curves as
-   `curves.png` (with matplotlib) or `curves.csv`.
+5. prints one row per step (SFT loss; GRPO mean reward, validation accuracy, calculator calls per episode for the
+   agent tasks) and a summary under the names README quotes, and saves the curves as
+   `curves.png` (with matplotlib) or `curves.csv`;
+6. leaves the models as Hugging Face folders, which `hyflow train`, `hyflow serve` and `from_pretrained` load:
+   `sft/huggingface` (after SFT) and `grpo/huggingface` (after GRPO).
 
 Validation samples four answers per test prompt at temperature 1, as training does (`val_kwargs`), and reports
 their mean accuracy (`val-core/<task>/acc/mean@4`): the accuracy of the policy as it is, which is what GRPO
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hyflow import demo_openai_agent, demo_tools, demo_vision
+from hyflow.demos import openai_agent, tools, vision
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +53,20 @@ MODEL_SIZES: dict[str, dict[str, int]] = {
 TASK_OPTIONS: dict[str, dict[str, Any]] = {
     "arith": dict(num_digits=1, num_operands=2, operators="+-"),
     "countdown": dict(num_numbers=3, max_number=9),
-    demo_tools.TASK: dict(num_digits=demo_tools.NUM_DIGITS),  # calculator traces; see hyflow/demo_tools.py
-    demo_vision.TASK: demo_vision.TASK_OPTIONS,  # pictures of shapes; see hyflow/demo_vision.py
-    demo_openai_agent.TASK: dict(num_digits=demo_tools.NUM_DIGITS),  # see hyflow/demo_openai_agent.py
+    tools.TASK: dict(num_digits=tools.NUM_DIGITS),  # calculator traces; see hyflow/demos/tools.py
+    vision.TASK: vision.TASK_OPTIONS,  # pictures of shapes; see hyflow/demos/vision.py
+    openai_agent.TASK: dict(num_digits=tools.NUM_DIGITS),  # see hyflow/demos/openai_agent.py
 }
+DEFAULT_OUTPUT_ROOT = "hyflow-demo"  # each task writes into DEFAULT_OUTPUT_ROOT/<task> unless --output says otherwise
 MAX_PROMPT_LENGTH = 64
 SFT_WINDOW = 10  # steps over which the SFT loss is averaged for the early stop
 VAL_SAMPLES = 4  # answers per validation prompt: accuracy is their mean (mean@4), less noisy than one sample
 MAX_RESPONSE_LENGTH = {
     "arith": 12,
     "countdown": 24,
-    demo_tools.TASK: demo_tools.MAX_RESPONSE_LENGTH,
-    demo_vision.TASK: demo_vision.MAX_RESPONSE_LENGTH,
-    demo_openai_agent.TASK: demo_tools.MAX_RESPONSE_LENGTH,
+    tools.TASK: tools.MAX_RESPONSE_LENGTH,
+    vision.TASK: vision.MAX_RESPONSE_LENGTH,
+    openai_agent.TASK: tools.MAX_RESPONSE_LENGTH,
 }
 
 
@@ -74,7 +79,7 @@ class DemoPlan:
     sft_steps: int = 400  # at most; SFT stops earlier once the loss reaches sft_target_loss
     sft_target_loss: float = 0.17  # mean SFT loss over the last SFT_WINDOW steps that counts as "partly right"
     grpo_steps: int = 80
-    output: str = "hyflow-demo"
+    output: str = ""  # "" means hyflow-demo/<task> (`default_output`)
     device: str = "auto"
     seed: int = 0
     train_size: int = 4000
@@ -86,6 +91,15 @@ class DemoPlan:
     grpo_lr: float = 1e-3
     test_freq: int = 5
     threads: int = 0  # 0: one CPU thread per 2 cores (tiny models gain nothing from more)
+
+    def __post_init__(self) -> None:
+        self.output = self.output or default_output(self.task)
+
+
+def default_output(task: str) -> str:
+    """The folder a task writes into when `--output` is not given: one per task, so that no run reuses another
+    task's model (README's `hyflow train` line reads the arith task's)."""
+    return f"{DEFAULT_OUTPUT_ROOT}/{task}"
 
 
 def resolve_device(device: str) -> str:
@@ -105,12 +119,12 @@ def build_assets(plan: DemoPlan, out: Path) -> tuple[str, dict[str, str]]:
     from hyflow.data.prepare import prepare_task
     from hyflow.models.tiny import build_tiny_model
 
-    if plan.task == demo_tools.TASK:
-        return demo_tools.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
-    if plan.task == demo_vision.TASK:
-        return demo_vision.build_assets(plan, out)
-    if plan.task == demo_openai_agent.TASK:
-        return demo_openai_agent.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
+    if plan.task == tools.TASK:
+        return tools.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
+    if plan.task == vision.TASK:
+        return vision.build_assets(plan, out)
+    if plan.task == openai_agent.TASK:
+        return openai_agent.build_assets(plan, out, MODEL_SIZES[plan.model_size], **TASK_OPTIONS[plan.task])
     model = build_tiny_model(out / "base_model", arch="qwen2", seed=plan.seed, **MODEL_SIZES[plan.model_size])
     options = dict(train_size=plan.train_size, test_size=plan.test_size, **TASK_OPTIONS[plan.task])
     data = prepare_task(plan.task, out / "data", seed=plan.seed, **options)
@@ -182,14 +196,14 @@ def grpo_overrides(plan: DemoPlan, model: str, data: dict[str, str], out: Path, 
 def run_sft_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, table: Any) -> str:
     """Supervised warm-up on the reference answers; returns the Hugging Face folder of the SFT model."""
     from hyflow.config.sft import load_sft_config
-    from hyflow.demo_plot import CurvePoint
+    from hyflow.demos.plot import CurvePoint
     from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
 
     overrides = sft_overrides(plan, model, data, out)
-    if plan.task in (demo_tools.TASK, demo_openai_agent.TASK):  # the same traces
-        overrides = demo_tools.sft_overrides(overrides)
-    if plan.task == demo_vision.TASK:
-        overrides = demo_vision.sft_overrides(overrides)
+    if plan.task in (tools.TASK, openai_agent.TASK):  # the same traces
+        overrides = tools.sft_overrides(overrides)
+    if plan.task == vision.TASK:
+        overrides = vision.sft_overrides(overrides)
     trainer = SFTTrainer(load_sft_config(overrides))
     every = max(1, plan.sft_steps // 10)
     losses: list[float] = []
@@ -207,18 +221,43 @@ def run_sft_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, t
     return str(out / "sft" / HF_DIR)
 
 
-def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, device: str, table: Any) -> None:
-    """GRPO with the task reward, from the SFT model; the table receives every step's metrics."""
+def final_save_overrides(base: list[str], plan: DemoPlan) -> list[str]:
+    """`base` with one checkpoint, of the policy's weights only, at the end of the run (`trainer.save_freq` = the
+    step count: `is_save_step` saves then and at the last step)."""
+    save = {"trainer.save_freq": plan.grpo_steps, "actor_rollout_ref.actor.checkpoint.save_contents": "[model]"}
+    return tools.with_overrides(base, save)
+
+
+def export_policy(checkpoints: Path, step: int) -> str:
+    """The policy of the checkpoint `checkpoints/global_step_<step>` written as a Hugging Face folder,
+    `checkpoints/huggingface` (replacing one an earlier run left); returns its path."""
+    import shutil
+
+    from hyflow.trainer.checkpoint_manager import ACTOR_DIR, is_complete
+    from hyflow.trainer.sft_trainer import HF_DIR
+    from hyflow.workers.merge import merge_checkpoint
+
+    saved = checkpoints / f"global_step_{step}"
+    if not is_complete(saved):
+        raise RuntimeError(f"GRPO ended at step {step} without a complete checkpoint {saved}; nothing to export.")
+    folder = checkpoints / HF_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    return merge_checkpoint(str(saved / ACTOR_DIR), str(folder))
+
+
+def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, device: str, table: Any) -> str:
+    """GRPO with the task reward, from the SFT model; the table receives every step's metrics. Returns the Hugging
+    Face folder of the trained policy (`grpo/huggingface`)."""
     from hyflow.config import load_config
     from hyflow.trainer.ppo_trainer import PPOTrainer
 
-    overrides = grpo_overrides(plan, model, data, out, device)
-    if plan.task == demo_tools.TASK:
-        overrides = demo_tools.grpo_overrides(overrides)
-    if plan.task == demo_vision.TASK:
-        overrides = demo_vision.grpo_overrides(overrides)
-    if plan.task == demo_openai_agent.TASK:
-        overrides = demo_openai_agent.grpo_overrides(overrides)
+    overrides = final_save_overrides(grpo_overrides(plan, model, data, out, device), plan)
+    if plan.task == tools.TASK:
+        overrides = tools.grpo_overrides(overrides)
+    if plan.task == vision.TASK:
+        overrides = vision.grpo_overrides(overrides)
+    if plan.task == openai_agent.TASK:
+        overrides = openai_agent.grpo_overrides(overrides)
     config = load_config(overrides)
     trainer = PPOTrainer(config)
     try:
@@ -227,25 +266,14 @@ def run_grpo_phase(plan: DemoPlan, model: str, data: dict[str, str], out: Path, 
         trainer.fit()
     finally:
         trainer.close()
-
-
-def summary(rows: list[Any], seconds: float) -> str:
-    """Validation accuracy before and after GRPO, and the wall time."""
-    accuracies = [r.val_accuracy for r in rows if r.phase == "grpo" and r.val_accuracy == r.val_accuracy]
-    if len(accuracies) < 2:
-        return f"done in {seconds:.0f} s"
-    first, last = accuracies[0], accuracies[-1]
-    return (
-        f"validation accuracy: {100 * first:.1f}% after SFT -> {100 * last:.1f}% after GRPO "
-        f"({100 * (last - first):+.1f} points); wall time {seconds:.0f} s"
-    )
+    return export_policy(out / "grpo", trainer.global_step)
 
 
 def run_demo(plan: DemoPlan) -> list[Any]:
     """The whole demo; returns the table's rows (one per reported step)."""
     import torch
 
-    from hyflow.demo_plot import DemoTable, save_curves
+    from hyflow.demos.plot import DemoTable, save_curves, summary
 
     started = time.perf_counter()
     device = resolve_device(plan.device)
@@ -260,18 +288,19 @@ def run_demo(plan: DemoPlan) -> list[Any]:
         model = run_sft_phase(plan, model, data, out, table)
     table.phase = "grpo"
     if plan.grpo_steps > 0:
-        run_grpo_phase(plan, model, data, out, device, table)
+        model = run_grpo_phase(plan, model, data, out, device, table)
     curves = save_curves(table.rows, out, title=f"hyflow demo: GRPO on {plan.task}")
     print(summary(table.rows, time.perf_counter() - started))
     print(f"curves: {curves}")
+    print(f"model: {model}")
     return table.rows
 
 
 # Tasks whose run sizes differ from DemoPlan's (a flag given on the command line still wins).
 TASK_PLAN_DEFAULTS: dict[str, dict[str, Any]] = {
-    demo_tools.TASK: demo_tools.PLAN_DEFAULTS,
-    demo_vision.TASK: demo_vision.PLAN_DEFAULTS,
-    demo_openai_agent.TASK: demo_openai_agent.PLAN_DEFAULTS,
+    tools.TASK: tools.PLAN_DEFAULTS,
+    vision.TASK: vision.PLAN_DEFAULTS,
+    openai_agent.TASK: openai_agent.PLAN_DEFAULTS,
 }
 
 
@@ -285,12 +314,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hyflow demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    arith, tools = task_defaults("arith"), task_defaults(demo_tools.TASK)
+    arith, with_tools = task_defaults("arith"), task_defaults(tools.TASK)
 
     def sized(flag: str, kind: type, text: str) -> None:
         """A flag whose default depends on --task (None here: filled in by `plan_from_args`)."""
         name = flag.removeprefix("--").replace("-", "_")
-        default = f"{arith[name]}" if arith[name] == tools[name] else f"{arith[name]}; --task tools: {tools[name]}"
+        default = f"{arith[name]}"
+        if arith[name] != with_tools[name]:
+            default += f"; --task tools: {with_tools[name]}"
         parser.add_argument(flag, type=kind, default=None, help=f"{text} (default: {default})")
 
     parser.add_argument("--task", choices=sorted(TASK_OPTIONS), default=arith["task"])
@@ -298,7 +329,11 @@ def _parser() -> argparse.ArgumentParser:
     sized("--sft-steps", int, "at most this many; 0 skips SFT")
     sized("--sft-target-loss", float, f"stop SFT once its mean loss over {SFT_WINDOW} steps is this low (0: never)")
     sized("--grpo-steps", int, "0 skips GRPO")
-    parser.add_argument("--output", default=arith["output"], help="folder for the model, data, checkpoints, curves")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help=f"folder for the models, data, checkpoints, curves (default: {DEFAULT_OUTPUT_ROOT}/<task>)",
+    )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=arith["device"])
     parser.add_argument("--seed", type=int, default=arith["seed"])
     sized("--train-size", int, "training prompts")

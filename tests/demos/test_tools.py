@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyflow import demo, demo_tools
 from hyflow import fields as F
 from hyflow.agent.parsers import ToolParser
 from hyflow.agent.tools.calculator import CalculatorError, calculate, format_number
 from hyflow.config import load_config
 from hyflow.config.sft import load_sft_config
+from hyflow.demos import runner as demo
+from hyflow.demos import tools as demo_tools
 from hyflow.trainer import stages
 from hyflow.trainer.ppo_trainer import PPOTrainer
 from hyflow.trainer.sft_trainer import HF_DIR, SFTTrainer
