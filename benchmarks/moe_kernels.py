@@ -94,7 +94,7 @@ def main() -> None:
         bound = bound_seconds(tokens, experts, top_k, hidden, width, bandwidth)
         fused = _time_graph(lambda: triton_moe.fused_experts(x, ids, weights, w13, w2))  # noqa: B023
         eager = _time(lambda: grouped_experts(x, ids, weights, w13, w2))  # noqa: B023
-        config = triton_moe.launch_config(tokens * top_k, experts)
+        config = triton_moe.launch_config(tokens * top_k, experts, x.element_size())
         print(
             f"T={tokens:5d}: fused {fused * 1e6:8.1f} us ({bound / fused:4.0%} of the bandwidth bound "
             f"{bound * 1e6:.1f} us; tiles {config}); eager grouped {eager * 1e6:8.1f} us ({eager / fused:.1f}x)",

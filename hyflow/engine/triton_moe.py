@@ -26,15 +26,20 @@ triton, tl = triton_kernels.triton, triton_kernels.tl
 available = triton_kernels.available
 
 
-def launch_config(num_pairs: int, num_experts: int) -> dict[str, int]:
+def launch_config(num_pairs: int, num_experts: int, itemsize: int = 2) -> dict[str, int]:
     """Tile sizes: small row blocks when few pairs reach each expert (decode), larger ones for prefill. From
     benchmarks/moe_kernels.py's sweep on an H100 at the Qwen3-30B-A3B shape (the best of 24 settings at 1, 64,
-    256, 2048 and 8192 tokens; 2-4% over the first guesses)."""
+    256, 2048 and 8192 tokens, bf16; 2-4% over the first guesses). fp32 (`itemsize` 4) halves the reduction tile so
+    that three stages of gate, up and input tiles fit the 227 KiB of shared memory of a Hopper SM."""
     if num_pairs <= 4 * num_experts:
-        return {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
-    if num_pairs <= 64 * num_experts:
-        return {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
-    return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}
+        config = {"BLOCK_M": 16, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+    elif num_pairs <= 64 * num_experts:
+        config = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3}
+    else:
+        config = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4}
+    if itemsize > 2:  # fp32 tiles take twice the shared memory: (BLOCK_M + 2·BLOCK_N)·BLOCK_K·4 B per stage
+        config.update(BLOCK_K=32, num_stages=3)
+    return config
 
 
 def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +71,7 @@ def fused_experts(
     num_experts, two_columns, hidden = w13.shape
     columns = two_columns // 2
     num_pairs = num_tokens * top_k
-    config = launch_config(num_pairs, num_experts)
+    config = launch_config(num_pairs, num_experts, x.element_size())
     block_m = config["BLOCK_M"]
     rows, block_experts = align_pairs(expert_ids, num_experts, block_m)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"

@@ -41,7 +41,7 @@ def test_aligned_rows_hold_every_pair_once_in_blocks_of_one_expert():
 
 
 @needs_triton
-@pytest.mark.parametrize("num_tokens", [1, 5, 70], ids=["decode-1", "decode-5", "prefill-70"])
+@pytest.mark.parametrize("num_tokens", [1, 5, 70, 300], ids=["decode-1", "decode-5", "mid-70", "prefill-300"])
 def test_fused_experts_equal_the_grouped_eager_experts_in_fp32(num_tokens):
     from hyflow.engine.triton_moe import fused_experts
 
