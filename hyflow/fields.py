@@ -32,8 +32,8 @@ Tensor fields (`DataProto.batch`):
 | advantages          | (B, R) | float32 | advantage estimate of each response token                              |
 | returns             | (B, R) | float32 | return (critic target) of each response token                          |
 | rollout_policy_versions | (B, R) | int64 | policy version (weights) that sampled each token; -1 on padding     |
-| routed_experts      | (B, T, Lm, k) | uint8/int16 | experts each of the Lm MoE layers chose per token (routing replay); |
-|                     |        |         | uint8 up to 255 experts else int16; all bits set (255 / -1) = no record |
+| routed_experts      | (B, T, Lm, k) | uint8 | experts each of the Lm MoE layers chose per token (routing replay); |
+|                     |        | (int16) | int16 over 255 experts; all bits set (255 / -1) = no record            |
 
 Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of length B):
 
