@@ -60,3 +60,13 @@ def test_routing_rows_place_each_record_from_its_first_prompt_token_and_cut_it_a
     assert rows[0, :, 0, 0].tolist() == [255, 255, 7, 7, 7, 7, 255, 255]
     assert (rows[1] == 255).all()
     assert rows[2, :, 0, 0].tolist() == [3] * 8
+
+
+def test_routed_experts_travel_with_their_rows_through_chunk_and_concat():
+    from hyflow.protocol import DataProto
+
+    rollout = build_rollout(_config(), make_tiny_hf_model("mixtral"), tokenizer=None, record_routing=True)
+    out = rollout.generate_sequences(prompt_batch(PROMPTS, seed=5))
+    parts = out.chunk(3)
+    assert torch.equal(parts[1].batch[F.ROUTED_EXPERTS], out.batch[F.ROUTED_EXPERTS][1:2])
+    assert torch.equal(DataProto.concat(parts).batch[F.ROUTED_EXPERTS], out.batch[F.ROUTED_EXPERTS])
