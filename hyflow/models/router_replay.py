@@ -95,6 +95,12 @@ class RouterReplay:
             return None
         if self.mode == "off":
             return None
+        if not (isinstance(output, tuple) and len(output) == 3):
+            raise TypeError(
+                f"routing replay expects {type(router).__name__}.forward to return (router_logits, weights, expert "
+                "ids), as transformers 5's MoE routers do; this transformers version's router does not. Fix: set "
+                "actor_rollout_ref.actor.router_replay.mode=disabled, or use transformers >= 5"
+            )
         logits, weights, own_ids = output
         replayed = self.ids[:, index].to(logits.device)
         if replayed.shape[0] != logits.shape[0]:
