@@ -5,7 +5,8 @@ then `data.batch[F.RESPONSE_MASK]`), so one grep finds every producer and consum
 added here first. `describe(key)` gives the one-line description used in error messages.
 
 Shape legend: B = batch rows (one row per sampled response, so `train_batch_size * rollout.n` in training),
-P = prompt length (left-padded), R = response length (right-padded), T = P + R (the full sequence),
+P = prompt length (left-padded), R = response length (right-padded), T = P + R (the full sequence), Lm = MoE layers
+and k = experts per token of a mixture-of-experts model,
 Token masks are int64 0/1, as the tokenizer returns them.
 
 Tensor fields (`DataProto.batch`):
@@ -31,6 +32,8 @@ Tensor fields (`DataProto.batch`):
 | advantages          | (B, R) | float32 | advantage estimate of each response token                              |
 | returns             | (B, R) | float32 | return (critic target) of each response token                          |
 | rollout_policy_versions | (B, R) | int64 | policy version (weights) that sampled each token; -1 on padding     |
+| routed_experts      | (B, T, Lm, k) | uint8 | experts each of the Lm MoE layers chose per token (routing replay); |
+|                     |        | (int16) | int16 over 255 experts; all bits set (255 / -1) = no record            |
 
 Non-tensor fields (`DataProto.non_tensor_batch`, 1-D numpy object arrays of length B):
 
@@ -120,6 +123,7 @@ TOKEN_LEVEL_REWARDS = "token_level_rewards"
 REWARD_BASELINES = "reward_baselines"
 ADVANTAGES = "advantages"
 RETURNS = "returns"
+ROUTED_EXPERTS = "routed_experts"
 
 # ---- non-tensor fields (DataProto.non_tensor_batch) ----
 UID = "uid"
@@ -210,6 +214,13 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
     FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),
     FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
+    FieldSpec(
+        ROUTED_EXPERTS,
+        "(B, T, Lm, k)",
+        "uint8/int16",
+        "tensor",
+        "experts each MoE layer chose per token (routing replay R2/R3); all bits set = no record",
+    ),
     FieldSpec(ROLLOUT_POLICY_VERSIONS, "(B, R)", "int64", "tensor", "policy version that sampled each token, -1 = pad"),
     FieldSpec(ROLLOUT_POLICY_VERSION_MIN, "(B,)", "int", "non_tensor", "oldest policy version of a row's tokens"),
     FieldSpec(ROLLOUT_POLICY_VERSION_MAX, "(B,)", "int", "non_tensor", "newest policy version of a row's tokens"),

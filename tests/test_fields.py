@@ -75,7 +75,7 @@ def test_tensor_and_non_tensor_shapes_start_with_the_batch_dimension_and_meta_ha
         if spec.kind == "meta":
             assert spec.shape == ""
         else:
-            assert re.fullmatch(r"\(B(, [PRT])?,?\)", spec.shape), spec
+            assert re.fullmatch(r"\(B(, [PRT])?(, Lm, k)?,?\)", spec.shape), spec
 
 
 def test_the_three_kinds_partition_the_fields():

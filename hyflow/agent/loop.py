@@ -80,6 +80,8 @@ class AgentLoopOutput:
     response_policy_versions: list[int] | None = None
     # Processor outputs of every image / video of prompt + response (vision-language models; None: text only).
     multi_modal_inputs: dict[str, Any] | None = None
+    # the engine's routing record of prompt + response, from the last turn's call (routing replay R3; None: none)
+    routed_experts: Any = None
 
     def __post_init__(self) -> None:
         lengths = {len(self.response_ids), len(self.response_mask), len(self.response_log_probs)}
@@ -115,6 +117,7 @@ class AgentData:
     image_data: list[Any] = field(default_factory=list)  # PIL images, in the order of their pads
     video_data: list[Any] = field(default_factory=list)  # videos (hyflow.data.video.Video), likewise
     multi_modal_inputs: dict[str, Any] = field(default_factory=dict)  # their processor outputs
+    routed_experts: Any = None  # the last model turn's routing record (it covers every earlier token)
 
     def add_images(self, images: list[Any], inputs: dict[str, Any], videos: list[Any] | None = None) -> None:
         """Images (and videos) whose pad tokens were just appended: kept, and their processor outputs appended."""
@@ -125,11 +128,19 @@ class AgentData:
         self.multi_modal_inputs = merge_inputs(self.multi_modal_inputs, inputs)
 
     def append_model_tokens(
-        self, token_ids: list[int], log_probs: list[float], policy_versions: list[int] | None = None
+        self,
+        token_ids: list[int],
+        log_probs: list[float],
+        policy_versions: list[int] | None = None,
+        routed_experts: Any = None,
     ) -> None:
         """Tokens the policy sampled: trained on (mask 1), with the log-probs they were sampled with and the
-        policy version of each (the engine's; None: not tracked, recorded as -1)."""
+        policy version of each (the engine's; None: not tracked, recorded as -1). `routed_experts`: the engine's
+        routing record of this call's prompt and tokens; the prompt is the whole episode so far (tool and user
+        tokens included, which the engine prefilled), so the last call's record covers every earlier token."""
         assert len(token_ids) == len(log_probs), "one log-prob per generated token"
+        if routed_experts is not None:
+            self.routed_experts = routed_experts
         self.response_ids += token_ids
         self.response_mask += [1] * len(token_ids)
         self.response_log_probs += log_probs
@@ -159,6 +170,7 @@ class AgentData:
                 **self.extra_fields,
             },
             multi_modal_inputs=dict(self.multi_modal_inputs) or None,
+            routed_experts=self.routed_experts,
         )
 
 

@@ -60,6 +60,7 @@ from hyflow.config.actor_rollout_ref import RolloutConfig
 from hyflow.data.multimodal import row_position_ids
 from hyflow.engine.config import SamplingParams
 from hyflow.protocol import DataProto
+from hyflow.rollout.batch import routing_rows
 from hyflow.rollout.policy_versions import version_range
 from hyflow.rollout.worker_rollout import row_sampling_params, sampling_for_batch
 
@@ -258,6 +259,10 @@ class AgentLoopManager:
             **version_range(versions),
             **{key: [out.extra_fields.get(key) for out in outputs] for key in EXTRA_FIELDS},
         }
+        records = [out.routed_experts for out in outputs]
+        if any(record is not None for record in records):  # routing replay R3 (tool tokens after the last turn: none)
+            lengths = [len(out.prompt_ids) for out in outputs]
+            tensors[F.ROUTED_EXPERTS] = routing_rows(records, lengths, prompt_length, prompt_length + response_length)
         if self.processor is not None:
             rows = [out.multi_modal_inputs or {} for out in outputs]
             non_tensors[F.MULTI_MODAL_INPUTS] = rows

@@ -47,6 +47,8 @@ class TokenOutput:
     log_probs: list[float]
     finish_reason: FinishReason
     policy_versions: list[int] | None = None  # per token, the engine's weights version; None: not tracked
+    # the engine's routing record of prompt + tokens (record_routing, hyflow/engine/routing_cache.py); None: none
+    routed_experts: Any = None
 
 
 class AsyncLLMServer(Protocol):
@@ -67,6 +69,7 @@ def token_output(output: Any) -> TokenOutput:
         log_probs=[float(x) for x in completion.log_probs],
         finish_reason=completion.finish_reason or "abort",
         policy_versions=None if completion.policy_versions is None else list(completion.policy_versions),
+        routed_experts=getattr(completion, "routed_experts", None),
     )
 
 

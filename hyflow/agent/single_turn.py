@@ -42,7 +42,7 @@ class SingleTurnAgentLoop(AgentLoopBase):
         start = time.perf_counter()
         output = await self.server.generate(data.request_id, data.prompt_ids, params, **vision)
         data.metrics.generate_seconds = time.perf_counter() - start
-        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions)
+        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions, output.routed_experts)
         data.assistant_turns = 1
         data.finish_reason = output.finish_reason
         return data.to_output(self.response_length)

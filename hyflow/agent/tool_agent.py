@@ -167,7 +167,7 @@ class ToolAgentLoop(AgentLoopBase):
         vision = {"multi_modal_inputs": data.multi_modal_inputs} if data.multi_modal_inputs else {}
         output = await self.server.generate(data.request_id, data.prompt_ids + data.response_ids, params, **vision)
         data.metrics.generate_seconds += time.perf_counter() - start
-        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions)
+        data.append_model_tokens(output.token_ids, output.log_probs, output.policy_versions, output.routed_experts)
         data.assistant_turns += 1
         ended_with_eos = bool(output.token_ids) and output.token_ids[-1] == self.tokenizer.eos_token_id
         data.last_turn_ended_with_eos = ended_with_eos

@@ -33,6 +33,15 @@ class PolicyLossConfig:
 
 
 @dataclass
+class RouterReplayConfig:
+    """Routing replay of a mixture-of-experts model (verl's key; hyflow/models/router_replay.py)."""
+
+    # disabled: the trainer's routers choose; R3: every training forward of a batch replays the experts the engine
+    # chose while generating it; R2: the update replays those of the trainer's own old-log-prob pass
+    mode: Literal["disabled", "R2", "R3"] = "disabled"
+
+
+@dataclass
 class ActorConfig:
     """PPO update of the policy: mini-batches for `ppo_epochs`, micro-batches with gradient accumulation.
 
@@ -68,6 +77,7 @@ class ActorConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     freeze_vision_tower: bool = False  # vision-language models: no gradients into the vision encoder
+    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)  # MoE routing replay (R2/R3)
 
     def __post_init__(self) -> None:
         if self.clip_ratio_low is None:

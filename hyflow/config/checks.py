@@ -35,6 +35,7 @@ from hyflow.config.files import check_paths, expand_user_paths
 from hyflow.config.ppo_trainer import PPOTrainerConfig
 from hyflow.config.ranges import check_ranges
 from hyflow.config.rollout_correction import check_rollout_correction
+from hyflow.config.router_replay import check_router_replay
 from hyflow.config.sequence_parallel import fold_sequence_parallel
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def finalize(config: PPOTrainerConfig, check_files: bool = True) -> list[str]:
     problems += check_rollout_correction(config)
     problems += check_async_training(config)
     problems += _check_run(config)
+    problems += check_router_replay(config, check_files)
     if check_files:
         problems += check_paths(config)
     _warn_on_doubtful_combinations(config)

@@ -78,6 +78,8 @@ _RM_SERVER = (
 )
 
 IGNORED: dict[str, str] = {
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay": "hyflow's engine records the routing whenever "
+    "actor_rollout_ref.actor.router_replay.mode=R3",
     "actor_rollout_ref.rollout.engine_kwargs": _VLLM,
     "actor_rollout_ref.rollout.load_format": "how vLLM loads its first weights; hyflow's engine always gets "
     "the actor's weights from the trainer",
@@ -151,7 +153,10 @@ UNSUPPORTED: dict[str, str] = {
     "*.model.lora": "verl's Megatron-Bridge LoRA options (use model.lora_rank / lora_alpha / target_modules)",
     "*.full_determinism": "deterministic kernels",
     "*.qat": "quantization-aware training",
-    "*.router_replay": "MoE router replay",
+    "*.router_replay.record_file": "recording MoE routing to files (hyflow carries it in the batch)",
+    "*.router_replay.replay_file": "replaying MoE routing from files (hyflow carries it in the batch)",
+    "actor_rollout_ref.ref.router_replay": "a routing replay setting of the ref's own (the reference replays what "
+    "the batch carries: actor_rollout_ref.actor.router_replay.mode)",
     "*.freeze_vision_tower": "multimodal models",
     "*.loss_scale_factor": "a constant loss scale",
     "*.checkpoint.async_save": "asynchronous checkpointing",
@@ -173,7 +178,6 @@ UNSUPPORTED: dict[str, str] = {
     "actor_rollout_ref.rollout.quantization_config_file": "quantized rollout",
     "actor_rollout_ref.rollout.mtp": "speculative decoding",
     "actor_rollout_ref.rollout.disaggregation": "prefill/decode disaggregation",
-    "actor_rollout_ref.rollout.enable_rollout_routing_replay": "MoE router replay",
     "actor_rollout_ref.rollout.skip": "replaying rollouts from a dump",
     "actor_rollout_ref.rollout.skip_rollout": "replaying rollouts from a dump",
     "actor_rollout_ref.rollout.skip_dump_dir": "replaying rollouts from a dump",

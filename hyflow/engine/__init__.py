@@ -9,9 +9,9 @@ on its own.
 
 Files, one noun each: config (EngineConfig, SamplingParams), sequence, block_manager, kv_cache, scheduler, sampler,
 attention, model_runner, decode_window (the in-flight window of the async hand-off), multi_step (a decode window's
-steps), cuda_graphs, triton_kernels / triton_rope / triton_step, models/ (Llama, Mistral, Qwen2, Qwen3), parallel
-(tensor parallelism), engine, async_engine. The trainer's adapters live in `hyflow.rollout`; the HTTP server in
-`hyflow.serving`.
+steps), routing_cache (a MoE model's routing record), cuda_graphs, triton_kernels / triton_rope / triton_step,
+models/ (Llama, Mistral, Qwen2, Qwen3), parallel (tensor parallelism), engine, async_engine. The trainer's
+adapters live in `hyflow.rollout`; the HTTP server in `hyflow.serving`.
 """
 
 from hyflow.engine.async_engine import AsyncLLMEngine

@@ -92,6 +92,9 @@ class EngineConfig:
     the old weights (no re-prefill; later tokens attend to stale keys and values, so their log-probs match neither
     policy's re-score exactly). Cached prefixes are forgotten either way.
 
+    `record_routing`: a mixture-of-experts model records the experts each MoE layer chose for every token it computes
+    (routing_cache.py); each finished sample's `CompletionOutput.routed_experts` holds them. Off: no cost.
+
     `tensor_parallel_size` > 1 splits the model over that many processes (one per device) of a torch.distributed
     group (parallel.py); every process of the group must make the same calls with the same requests (SPMD).
     """
@@ -113,6 +116,7 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     seed: int = 0
     partial_rollout_kv: Literal["recompute", "keep"] = "recompute"
+    record_routing: bool = False
 
     def __post_init__(self) -> None:
         positive = [

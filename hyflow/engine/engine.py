@@ -148,7 +148,7 @@ class LLMEngine:
             return None
         for seq in self.requests[request_id][1]:
             if seq.status != SequenceStatus.FINISHED:
-                self.scheduler.finish(seq, "abort")
+                self._finish(seq, "abort")
         return self._pop_output(request_id)
 
     def has_unfinished_requests(self) -> bool:
@@ -197,10 +197,16 @@ class LLMEngine:
                 self.block_manager.register_filled_blocks(seq, start)
             if reason is None:
                 continue
-            self.scheduler.finish(seq, reason)
+            self._finish(seq, reason)
             if all(s.status is SequenceStatus.FINISHED for s in self.requests[seq.request_id][1]):
                 finished.append(self._pop_output(seq.request_id))
         return finished
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """Ends a sequence, first reading its routing record while it holds its blocks (`record_routing`)."""
+        if seq.status is SequenceStatus.RUNNING:
+            seq.routed_experts = self.runner.read_routing(seq)
+        self.scheduler.finish(seq, reason)
 
     @staticmethod
     def _row_top(seq: Sequence, ids: list, lps: list, count: int) -> list[dict[int, float]] | None:
@@ -291,6 +297,7 @@ class LLMEngine:
             text,
             top,
             list(seq.policy_versions),
+            seq.routed_experts,
         )
 
     def generate(

@@ -20,8 +20,10 @@ from hyflow.engine.decode_state import new_decode_state
 from hyflow.engine.in_flight import LaunchedBatch, send_columns
 from hyflow.engine.kv_cache import KVCache
 from hyflow.engine.models.llama import DecoderForCausalLM
+from hyflow.engine.models.moe import SparseMoeBlock
 from hyflow.engine.models.vision import VisionTower
 from hyflow.engine.multi_step import decode_step, send_outputs
+from hyflow.engine.routing_cache import RoutingCache
 from hyflow.engine.sampler import SamplingTensors, sample, top_alternatives
 from hyflow.engine.scheduler import ScheduledBatch
 from hyflow.engine.sequence import Sequence
@@ -156,6 +158,21 @@ def prepare_sampling(seqs: list[Sequence], device: torch.device, pending: list[i
     )
 
 
+def attach_routing_cache(model: DecoderForCausalLM, num_blocks: int, config: EngineConfig) -> RoutingCache | None:
+    """A routing cache for the model's MoE layers (None for a dense model), each `SparseMoeBlock` given its layer
+    to write; made before any CUDA graph is captured, so the graphs record the writes too."""
+    blocks = [layer.mlp for layer in model.model.layers if isinstance(layer.mlp, SparseMoeBlock)]
+    if not blocks:
+        return None
+    moe = model.args.moe
+    num_slots = (num_blocks + 1) * config.block_size  # the KV cache's blocks and its scratch block
+    device = next(model.parameters()).device
+    cache = RoutingCache(num_slots, len(blocks), moe.top_k, moe.num_experts, config.block_size, device)
+    for index, block in enumerate(blocks):
+        block.routing_record = cache.layer(index)
+    return cache
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -170,6 +187,7 @@ class ModelRunner:
         self.vision = vision  # a VLM's vision tower: image prefills (vision_inputs.py)
         self.block_size = config.block_size
         self.kv_cache = KVCache(model.args, num_blocks, config.block_size, dtype, device)
+        self.routing = attach_routing_cache(model, num_blocks, config) if config.record_routing else None
         use_graphs = device.type == "cuda" and not config.enforce_eager
         self.graphs = DecodeGraphs(self.forward, self.kv_cache, config, device) if use_graphs else None
         self._window_sampling: tuple[tuple[int, ...], SamplingTensors] | None = None  # (sequence ids, settings)
@@ -186,6 +204,13 @@ class ModelRunner:
         `input_embeds`: an image prefill's token embeddings)."""
         hidden = self.model(input_ids, positions, meta, self.kv_cache.layers, self.block_size, input_embeds)
         return self.model.compute_logits(hidden[meta.logits_index])
+
+    def read_routing(self, seq: Sequence) -> torch.Tensor | None:
+        """The routing record (num_computed_tokens, num_moe_layers, k) of a sequence whose blocks it still holds;
+        None without a routing cache."""
+        if self.routing is None:
+            return None
+        return self.routing.read(seq.block_table, seq.num_computed_tokens)
 
     def require_awake(self) -> None:
         """RuntimeError unless the KV cache is there (the engine checks before it schedules anything)."""

@@ -14,6 +14,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Literal
 
+import torch
+
 from hyflow.engine.config import SamplingParams
 from hyflow.engine.multimodal import PromptImages
 
@@ -57,6 +59,7 @@ class Sequence:
         self.policy_versions: list[int] = []  # per output token: the weights' version that sampled it
         self.images = images  # the prompt's images (multimodal.py), None for a text prompt
         self.stop_token_ids: frozenset[int] = frozenset()  # EOS and stop ids that end it (the engine sets them)
+        self.routed_experts: torch.Tensor | None = None  # the routing record, set when it ends (routing_cache.py)
 
     def __len__(self) -> int:
         return self.num_tokens
@@ -133,6 +136,9 @@ class CompletionOutput:
     top_log_probs: list[dict[int, float]] | None = None
     # per token, the engine's policy_version (weights) that sampled it; None where nothing tracks it (hf fallback)
     policy_versions: list[int] | None = None
+    # with EngineConfig.record_routing on a MoE model: (num_computed_tokens, num_moe_layers, k) expert ids of every
+    # token that went through the model (prompt and response, all but the last sampled token); routing_cache.py
+    routed_experts: torch.Tensor | None = None
 
 
 @dataclass

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hyflow.engine.routing_cache import no_record_value, routing_dtype
 from hyflow.models.kernels.dispatch import use_triton
 from hyflow.models.multimodal import (
     batch_vision_inputs,
@@ -32,6 +33,7 @@ from hyflow.models.multimodal import (
     vision_language_backbone,
 )
 from hyflow.models.packing import PackedRows, forward_packed, pack_rows, use_varlen_attention
+from hyflow.models.router_replay import RouterReplay
 
 DEFAULT_CHUNK_SIZE = 1024  # torch reference: chunk_size × V × 4 bytes of fp32 logits, twice in backward
 # Fused path: one (n, V) buffer in the compute dtype (bf16), overwritten in place by its gradient. 1 GiB is about
@@ -192,6 +194,8 @@ class PolicyModel(nn.Module):
         self.remove_padding = remove_padding
         if remove_padding:
             use_varlen_attention(lm)
+        self._router_replay: RouterReplay | None = None  # hooks on a MoE model's routers, made on first use
+        self.routing_record: torch.Tensor | None = None  # (B, T, Lm, k) of the last forward with record_routing
 
     @property
     def config(self):
@@ -207,16 +211,66 @@ class PolicyModel(nn.Module):
         compute_entropy: bool = False,
         packed: PackedRows | None = None,
         multi_modal_inputs: list[dict[str, torch.Tensor]] | None = None,
+        routed_experts: torch.Tensor | None = None,
+        record_routing: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (B, R) of `responses`, and entropies when asked. `packed`: the batch's `pack_rows(attention_mask,
         R)` made on the host and moved here (`PackedRows.to`), used with `remove_padding` (else packed from the mask
         here, which waits for the device). `multi_modal_inputs`: per-row processor outputs of a vision-language
-        model (None or all empty: text only)."""
+        model (None or all empty: text only). A mixture-of-experts model replays `routed_experts` (B, T, Lm, k),
+        and with `record_routing` keeps the experts it chose in `routing_record` (B, T, Lm, k) (router_replay.py)."""
         vision = batch_vision_inputs(multi_modal_inputs, input_ids.device)
         check_videos_supported(self.lm.config, vision)
         if self.remove_padding:
+            if packed is None or packed.sources is None:
+                packed = pack_rows(attention_mask, responses.shape[1])  # from the device mask: syncs
+            self._set_routing(routed_experts, record_routing, packed.gather)
             packed_inputs = (input_ids, attention_mask, position_ids, responses)
-            return self._forward_packed(*packed_inputs, temperature, compute_entropy, packed, vision)
+            outputs = self._forward_packed(*packed_inputs, temperature, compute_entropy, packed, vision)
+        else:
+            self._set_routing(routed_experts, record_routing, lambda ids: ids.flatten(0, 1))
+            outputs = self._forward_padded(
+                input_ids, attention_mask, position_ids, responses, temperature, compute_entropy, vision
+            )
+        if record_routing:
+            self.routing_record = self._routing_as_batch(attention_mask, packed if self.remove_padding else None)
+        return outputs
+
+    def _set_routing(self, routed_experts: torch.Tensor | None, record: bool, flatten) -> None:
+        """Sets the routers for this forward (and its recomputation in backward): replay `routed_experts` flattened
+        as the model flattens its tokens, record, or choose as usual."""
+        if routed_experts is None and not record and self._router_replay is None:
+            return
+        if self._router_replay is None:
+            self._router_replay = RouterReplay(self.lm)
+        if routed_experts is not None:
+            self._router_replay.replay(flatten(routed_experts))
+        elif record:
+            self._router_replay.record()
+        else:
+            self._router_replay.off()
+
+    def _routing_as_batch(self, attention_mask: torch.Tensor, packed: PackedRows | None) -> torch.Tensor:
+        """The experts the last forward chose, (B, T, Lm, k) in the compact dtype, no record at padding."""
+        replay = self._router_replay
+        recorded = replay.recorded(routing_dtype(replay.routers[0].num_experts))
+        batch, length = attention_mask.shape
+        full = recorded.new_full((batch * length, *recorded.shape[1:]), no_record_value(recorded.dtype))
+        real = packed.indices if packed is not None else attention_mask.flatten().nonzero().squeeze(1)
+        full[real] = recorded if packed is not None else recorded[real]
+        return full.view(batch, length, *recorded.shape[1:])
+
+    def _forward_padded(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        responses: torch.Tensor,
+        temperature: float,
+        compute_entropy: bool,
+        vision: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` over the padded batch."""
         batch_size, response_length = responses.shape
         backbone = vision_language_backbone(self.lm) if vision or position_ids.dim() == 3 else self.lm.get_decoder()
         if position_ids.dim() == 3:  # (B, 3, T) M-RoPE rows -> the (3, B, T) the model reads
@@ -258,8 +312,6 @@ class PolicyModel(nn.Module):
         """`forward` on the real tokens only; log-probs (and entropy) are 0 at padding response positions. A
         vision-language model runs its vision tower on the micro-batch's images first (`vision_encoder_outputs`)."""
         batch_size, response_length = responses.shape
-        if packed is None or packed.sources is None:
-            packed = pack_rows(attention_mask, response_length)  # from the device mask: syncs
         if is_vision_language(self.lm.config):
             backbone = vision_language_backbone(self.lm)
             encoded = {"mm_encoder_outputs": vision_encoder_outputs(backbone, vision)} if vision else {}

@@ -5,7 +5,8 @@ In:  input_ids, attention_mask, position_ids (B, P) (or (B, 3, P), a VLM's M-RoP
 Out: prompts (B, P); responses, response_mask, rollout_log_probs (B, R), right-padded to R = response_length;
      input_ids, attention_mask, position_ids (B, P + R); non-tensor finish_reason (B,). With the engine's per-token
      policy versions also rollout_policy_versions (B, R) (-1 on padding) and non-tensor rollout_policy_version_min
-     / _max (B,) (-1 for a row without tokens).
+     / _max (B,) (-1 for a row without tokens). With the engine's routing records (routing replay R3) also
+     routed_experts (B, P + R, Lm, k), "no record" on padding and on each row's last token (`routing_rows`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from hyflow import fields as F
+from hyflow.engine.routing_cache import no_record_value
 from hyflow.protocol import DataProto
 from hyflow.rollout.policy_versions import version_range
 
@@ -31,9 +33,11 @@ def pack_responses(
     response_length: int,
     pad_token_id: int,
     policy_versions: list[list[int]] | None = None,
+    routed_experts: list[torch.Tensor | None] | None = None,
 ) -> DataProto:
     """The rollout output for `prompt_batch` (which keeps its non-tensor fields and meta_info); `policy_versions`:
-    per row, the policy version that sampled each token (the engine's), None where nothing tracked them."""
+    per row, the policy version that sampled each token (the engine's), None where nothing tracked them;
+    `routed_experts`: per row, the engine's routing record of prompt and response (None: no routing replay)."""
     prompts = prompt_batch.batch[F.INPUT_IDS]
     prompt_mask = prompt_batch.batch[F.ATTENTION_MASK]
     prompt_positions = prompt_batch.batch[F.POSITION_IDS]
@@ -68,4 +72,28 @@ def pack_responses(
             versions[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         tensors[F.ROLLOUT_POLICY_VERSIONS] = versions.to(device)
         non_tensors.update(version_range(versions))
+    if routed_experts is not None:
+        prompt_lengths = prompt_mask.sum(-1).tolist()
+        total = prompts.shape[1] + response_length
+        tensors[F.ROUTED_EXPERTS] = routing_rows(routed_experts, prompt_lengths, prompts.shape[1], total).to(device)
     return DataProto.from_dict(tensors, non_tensors, dict(prompt_batch.meta_info))
+
+
+def routing_rows(
+    records: list[torch.Tensor | None], prompt_lengths: list[int], prompt_length: int, total_length: int
+) -> torch.Tensor:
+    """`routed_experts` (B, total_length, Lm, k) of rows whose prompts are left-padded to `prompt_length`: row i's
+    record (one row per token from its first prompt token on, hyflow/engine/routing_cache.py) placed from column
+    prompt_length - prompt_lengths[i], cut at `total_length`. "No record" elsewhere: padding, and each sequence's
+    last token, which the engine never fed through the model (the trainer routes it itself; it predicts nothing
+    that is scored). Rows without a record (None) have none at all."""
+    first = next((record for record in records if record is not None), None)
+    shape, dtype = (first.shape[1:], first.dtype) if first is not None else ((1, 1), torch.uint8)
+    rows = torch.full((len(records), total_length, *shape), no_record_value(dtype), dtype=dtype)
+    for i, (record, length) in enumerate(zip(records, prompt_lengths)):
+        if record is None:
+            continue
+        start = prompt_length - length
+        count = min(len(record), total_length - start)
+        rows[i, start : start + count] = record[:count]
+    return rows

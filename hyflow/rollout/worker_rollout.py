@@ -145,11 +145,15 @@ def hf_weight_name(name: str) -> str:
 
 
 class EngineRollout:
-    """Rollout on hyflow's engine; `async_engine` serves agent loops on the same engine and KV cache."""
+    """Rollout on hyflow's engine; `async_engine` serves agent loops on the same engine and KV cache. With
+    `record_routing` (routing replay R3) every output carries the engine's routing record: the batch API as the
+    `routed_experts` field, the per-request API as `CompletionOutput.routed_experts`."""
 
-    def __init__(self, model: str | nn.Module, config: Any, tokenizer: Any) -> None:
+    def __init__(self, model: str | nn.Module, config: Any, tokenizer: Any, record_routing: bool = False) -> None:
         self.config = config
-        self.engine = LLMEngine(model, engine_config_from_rollout(config), tokenizer)
+        engine_config = dataclasses.replace(engine_config_from_rollout(config), record_routing=record_routing)
+        self.engine = LLMEngine(model, engine_config, tokenizer)
+        self.record_routing = record_routing
         self.async_engine = AsyncLLMEngine(self.engine)
         pad = tokenizer.pad_token_id if tokenizer is not None else None
         self.pad_token_id = pad if pad is not None else min(self.engine.eos_token_ids, default=0)
@@ -196,6 +200,7 @@ class EngineRollout:
             self.config.response_length,
             self.pad_token_id,
             [o.policy_versions for o in outputs],
+            [o.routed_experts for o in outputs] if self.record_routing else None,
         )
         batch = out.batch
         versions = policy_version_metrics(
@@ -317,8 +322,11 @@ def _load_hf_model(source: str | nn.Module, dtype: str) -> nn.Module:
     return auto_model_class(_auto_config(source)).from_pretrained(source, **{key: torch_dtype}).to(device)
 
 
-def build_rollout(config: Any, model: str | nn.Module, tokenizer: Any) -> EngineRollout | HFRollout:
-    """The rollout for `config` (a RolloutConfig): hyflow's engine, or the transformers fallback."""
+def build_rollout(
+    config: Any, model: str | nn.Module, tokenizer: Any, record_routing: bool = False
+) -> EngineRollout | HFRollout:
+    """The rollout for `config` (a RolloutConfig): hyflow's engine, or the transformers fallback. `record_routing`
+    (actor.router_replay.mode=R3) needs the engine: ValueError where the fallback would run instead."""
     if config.name not in ("hyflow", "hf"):
         raise ValueError(
             f"actor_rollout_ref.rollout.name={config.name!r} is not available in hyflow; use 'hyflow' "
@@ -327,7 +335,14 @@ def build_rollout(config: Any, model: str | nn.Module, tokenizer: Any) -> Engine
     if config.name == "hyflow":
         hf_config = model.config if isinstance(model, nn.Module) else _auto_config(model)
         if is_supported(hf_config):
-            return EngineRollout(model, config, tokenizer)
+            return EngineRollout(model, config, tokenizer, record_routing)
+        if record_routing:
+            raise ValueError(
+                "actor_rollout_ref.actor.router_replay.mode=R3 replays the routing the engine records, but the "
+                f"hyflow engine does not implement {getattr(hf_config, 'architectures', None)} and "
+                "transformers.generate records none. Fix: set actor_rollout_ref.actor.router_replay.mode=R2 or "
+                "disabled."
+            )
         logger.warning(
             "rollout: the hyflow engine does not implement %s; falling back to rollout.name=hf "
             "(transformers.generate, slower)",

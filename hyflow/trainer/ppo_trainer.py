@@ -347,7 +347,8 @@ class PPOTrainer:
     def _old_log_probs(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
         output = self.workers.actor_rollout.compute_log_prob(batch)
         entropys = output.batch[F.ENTROPYS]
-        batch = batch.union(output.select(batch_keys=[F.OLD_LOG_PROBS]))
+        routing = [F.ROUTED_EXPERTS] if F.ROUTED_EXPERTS in output.batch.keys() else []  # noqa: SIM118 (R2)
+        batch = batch.union(output.select(batch_keys=[F.OLD_LOG_PROBS, *routing]))
         loss_agg_mode = self.config.actor_rollout_ref.actor.loss_agg_mode
         metrics.update(stages.old_log_prob_metrics(batch, entropys, loss_agg_mode))
         return batch

@@ -39,6 +39,7 @@ from tensordict import TensorDict
 
 from hyflow import fields as F
 from hyflow.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from hyflow.engine.routing_cache import no_record_value
 from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
 from hyflow.workers.batching import multi_modal_rows, pad_responses, restore_order, select_model_inputs
@@ -48,6 +49,11 @@ from hyflow.workers.micro_batch_loop import ForwardSettings, forward_without_gra
 logger = logging.getLogger(__name__)
 
 MODEL_INPUTS = (F.INPUT_IDS, F.ATTENTION_MASK, F.POSITION_IDS, F.RESPONSES)
+
+
+def _with_routing(data: DataProto, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """`keys` and `routed_experts` when the batch has them (routing replay)."""
+    return (*keys, F.ROUTED_EXPERTS) if F.ROUTED_EXPERTS in data.batch.keys() else keys  # noqa: SIM118
 
 
 class DataParallelPPOActor:
@@ -70,9 +76,18 @@ class DataParallelPPOActor:
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
         self._num_updates = 0
 
-    def _forward(self, micro: TensorDict, packed: PackedRows | None, temperature: float, compute_entropy: bool):
+    def _forward(
+        self,
+        micro: TensorDict,
+        packed: PackedRows | None,
+        temperature: float,
+        compute_entropy: bool,
+        record_routing: bool = False,
+    ):
         """Log-probs (and entropies) of a micro-batch that is already on the training device (`packed`: its
-        packing, made on the host, when the policy removes padding)."""
+        packing, made on the host, when the policy removes padding). A MoE model replays the micro-batch's
+        `routed_experts` when it has them (routing replay, models/router_replay.py), or records its own routing."""
+        routed = micro[F.ROUTED_EXPERTS] if F.ROUTED_EXPERTS in micro.keys() else None  # noqa: SIM118
         return self.module(
             micro[F.INPUT_IDS],
             micro[F.ATTENTION_MASK],
@@ -82,7 +97,43 @@ class DataParallelPPOActor:
             compute_entropy=compute_entropy,
             packed=packed,
             multi_modal_inputs=multi_modal_rows(micro),
+            routed_experts=routed,
+            record_routing=record_routing,
         )
+
+    def _forward_recording(
+        self, micro: TensorDict, packed: PackedRows | None, temperature: float, width: int, response_length: int
+    ):
+        """`_forward` with entropies and the experts it chose, (B, width, Lm, k): the micro-batch's trimmed columns
+        put back at their place among the batch's `width` (no record in the columns trimmed off)."""
+        log_probs, entropys = self._forward(micro, packed, temperature, True, record_routing=True)
+        routing = self.module.routing_record
+        # trim_padding kept the batch's columns start .. prompt_length + r (r: the micro-batch's response columns)
+        start = width - response_length + micro[F.RESPONSES].shape[1] - routing.shape[1]
+        marker = no_record_value(routing.dtype)
+        full = routing.new_full((routing.shape[0], width, *routing.shape[2:]), marker)
+        full[:, start : start + routing.shape[1]] = routing
+        return log_probs, entropys, full
+
+    def compute_log_prob_and_routing(
+        self, data: DataProto, settings: ForwardSettings | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies (B, R) as `compute_log_prob` gives them, and the experts the model chose for
+        every token, `routed_experts` (B, T, Lm, k) (no record at padding): the old-log-prob pass of routing replay
+        R2, whose update replays them."""
+        settings = settings or ForwardSettings()
+        batch = select_model_inputs(data, MODEL_INPUTS)
+        width, response_length = batch[F.INPUT_IDS].shape[1], batch[F.RESPONSES].shape[1]
+        forward = functools.partial(
+            self._forward_recording, temperature=settings.temperature, width=width, response_length=response_length
+        )
+        outputs, bins = forward_without_grad(self.module, batch, settings, self.device, forward)
+        is_token = batch[F.ATTENTION_MASK][:, -response_length:].float()
+        log_probs, entropys = (
+            restore_order([pad_responses(out[i], response_length) for out in outputs], bins).cpu() * is_token
+            for i in (0, 1)
+        )
+        return log_probs, entropys, restore_order([out[2] for out in outputs], bins).cpu()
 
     def compute_log_prob(
         self, data: DataProto, settings: ForwardSettings | None = None, calculate_entropy: bool = False
@@ -90,7 +141,7 @@ class DataParallelPPOActor:
         """Log-probs (B, R) of `responses` (and entropies when asked), in the input's row order, in micro-batches
         as `settings` says, logits divided by `settings.temperature` (the rollout's). None: one micro-batch, 1.0."""
         settings = settings or ForwardSettings()
-        batch = select_model_inputs(data, MODEL_INPUTS)
+        batch = select_model_inputs(data, _with_routing(data, MODEL_INPUTS))
         forward = functools.partial(self._forward, temperature=settings.temperature, compute_entropy=calculate_entropy)
         outputs, bins = forward_without_grad(self.module, batch, settings, self.device, forward)
         response_length = batch[F.RESPONSES].shape[1]
@@ -165,6 +216,8 @@ class DataParallelPPOActor:
             keys.append(F.ROLLOUT_LOG_PROBS)
         if F.ROLLOUT_IS_WEIGHTS in data.batch:
             keys.append(F.ROLLOUT_IS_WEIGHTS)
+        if F.ROUTED_EXPERTS in data.batch:  # routing replay (R3: the engine's, R2: the old-log-prob pass's)
+            keys.append(F.ROUTED_EXPERTS)
         for key in self.config.policy_loss.extra_batch_keys:
             if key not in data.batch.keys():  # noqa: SIM118 (TensorDict membership)
                 raise ValueError(

@@ -94,7 +94,8 @@ class ActorRolloutRefWorker(Worker):
         if self.has_rollout:
             from hyflow.rollout.worker_rollout import build_rollout
 
-            self.rollout = build_rollout(self.config.rollout, path, self.tokenizer)
+            record_routing = self.config.actor.router_replay.mode == "R3"  # the engine records, the actor replays
+            self.rollout = build_rollout(self.config.rollout, path, self.tokenizer, record_routing)
             self._rollout_version = self._weights_version
             if self._hands_memory_back:
                 self.rollout.sleep()
@@ -156,6 +157,10 @@ class ActorRolloutRefWorker(Worker):
         """`old_log_probs` and `entropys` (B, R) of the responses under the current actor."""
         self._require(self.actor, "compute_log_prob", "actor")
         settings = self._log_prob_settings(self.config.rollout)
+        if self.config.actor.router_replay.mode == "R2":  # this pass's routing is what the update replays
+            log_probs, entropys, routed = self.actor.compute_log_prob_and_routing(data, settings)
+            tensors = {F.OLD_LOG_PROBS: log_probs, F.ENTROPYS: entropys, F.ROUTED_EXPERTS: routed}
+            return DataProto.from_dict(tensors, meta_info={})
         log_probs, entropys = self.actor.compute_log_prob(data, settings, calculate_entropy=True)
         return DataProto.from_dict({F.OLD_LOG_PROBS: log_probs, F.ENTROPYS: entropys}, meta_info={})
 

@@ -151,6 +151,8 @@ def trim_padding(micro: TensorDict, multiple: int = 64) -> TensorDict:
     for key, value in micro.items():
         if not isinstance(value, torch.Tensor) or value.dim() < 2:
             trimmed[key] = value
+        elif key == F.ROUTED_EXPERTS:  # (B, T, Lm, k): token columns in dimension 1
+            trimmed[key] = value[:, start : prompt_length + keep]
         elif value.shape[-1] == total_length:
             trimmed[key] = value[..., start : prompt_length + keep]
         elif value.shape[-1] == response_length:

@@ -214,3 +214,19 @@ def test_triton_decode_attention_equals_the_sdpa_path(window):
     expected = sdpa_paged_attention(q, k_cache, v_cache, meta, build_attention_mask(meta, block_size, window), 0.125)
     out = decode_attention(q, k_cache, v_cache, tables, positions, 0.125, window)
     torch.testing.assert_close(out.float(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("num_scheduler_steps", [1, 8], ids=["single-step", "multi-step"])
+def test_the_routing_record_under_cuda_graphs_is_the_routing_of_transformers(num_scheduler_steps):
+    from .test_routing_record import hf_routing
+
+    hf = make_tiny_hf_model("qwen3_moe")
+    params = SamplingParams(n=2, temperature=0, max_tokens=12, ignore_eos=True)
+    engine = cuda_engine(hf, record_routing=True, num_scheduler_steps=num_scheduler_steps)
+    for prompt, out in zip(PROMPTS, engine.generate(PROMPTS, params)):
+        for sample in out.outputs:
+            tokens = prompt + sample.token_ids
+            assert torch.equal(sample.routed_experts.long(), hf_routing(hf, tokens)[:-1])
+    graphs = engine.runner.graphs
+    assert graphs.graphs if num_scheduler_steps == 1 else graphs.window_graphs, "no CUDA graph was captured"

@@ -306,6 +306,8 @@ class DecoderLayer(nn.Module):
             x, residual = self.input_layernorm.add_forward(x, residual)
         x = self.self_attn(positions, x, kv_cache, meta, masks, window)
         x, residual = self.post_attention_layernorm.add_forward(x, residual)
+        if isinstance(self.mlp, SparseMoeBlock):  # it may record its routing at the tokens' cache slots
+            return self.mlp(x, meta.slot_mapping), residual
         return self.mlp(x), residual
 
 

@@ -170,12 +170,16 @@ class SparseMoeBlock(nn.Module):
         if moe.shared_intermediate_size:
             self.shared_expert = SharedExpert(hidden_size, moe.shared_intermediate_size // tp.size)
             self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False)
+        self.routing_record: torch.Tensor | None = None  # (slots, k): where to record the routing (routing_cache.py)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, slot_mapping: torch.Tensor | None = None) -> torch.Tensor:
+        """y (T, E) of the step's T tokens; with a `routing_record`, their expert ids land at their cache slots."""
         moe = self.moe
         weights, expert_ids = route(
             self.gate(x), moe.top_k, moe.normalize_top_k, x.dtype if moe.weights_in_model_dtype else None
         )
+        if self.routing_record is not None and slot_mapping is not None:
+            self.routing_record.index_copy_(0, slot_mapping, expert_ids.to(self.routing_record.dtype))
         experts = triton_moe.fused_experts if x.is_cuda and triton_moe.available() else grouped_experts
         y = experts(x, expert_ids, weights, self.experts.w13, self.experts.w2)
         if self.shared_expert is not None:
