@@ -25,7 +25,7 @@ def test_moe_models_load_with_grouped_mm_experts_by_default_empty_or_not(moe_pat
 
 def test_model_config_experts_implementation_reaches_the_training_model(moe_paths):
     model_config = ModelConfig(path=moe_paths["qwen3_moe"], experts_implementation="eager")
-    policy, hf_model = policy_maker(model_config, FSDPConfig(), model_config.path, trainable=True)(False)
+    _, hf_model = policy_maker(model_config, FSDPConfig(), model_config.path, trainable=True)(False)
     assert hf_model.config._experts_implementation == "eager"
 
 

@@ -106,5 +106,5 @@ def test_moe_update_reports_each_layers_expert_load_every_interval(moe_path, ppo
 
 
 def test_router_aux_loss_coef_on_a_dense_model_is_an_error_naming_the_key(tiny_model_path):
-    with pytest.raises(ValueError, match="router_aux_loss_coef=0.01.*no mixture-of-experts routers"):
+    with pytest.raises(ValueError, match=r"router_aux_loss_coef=0\.01.*no mixture-of-experts routers"):
         build_actor(tiny_model_path, router_aux_loss_coef=0.01)
