@@ -11,8 +11,8 @@ The update, per mini-batch (one optimizer step):
     loss = pg_loss − entropy_coeff · entropy + kl_loss_coef · kl_loss (+ router_aux_loss_coef · router_aux_loss)
 
 the last for mixture-of-experts models (`moe_balance.py`, which also reports the expert load); each term aggregated
-with `agg_loss(loss_agg_mode)` over the *global* mini-batch: the token count (token-mean) or sequence count (seq-
-mean-*) is summed over this rank's micro-batches and all-reduced over ranks before the first forward, so the
+with `agg_loss(loss_agg_mode)` over the *global* mini-batch: the token count (token-mean) or sequence count
+(seq-mean-*) is summed over this rank's micro-batches and all-reduced over ranks before the first forward, so the
 gradient does not depend on how the mini-batch was cut into micro-batches or ranks. Metrics are accumulated as
 tensors and reach the host once, at the end.
 
