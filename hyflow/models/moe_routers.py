@@ -29,11 +29,16 @@ _LAYER = re.compile(r"layers\.(\d+)\.")
 
 def router_modules(model: nn.Module) -> list[tuple[int, nn.Module]]:
     """(decoder layer index, router) of every MoE layer of `model`, in layer order: the modules named
-    `...layers.{i}.mlp.gate` that carry `top_k` (transformers' top-k routers; a dense model has none)."""
+    `...layers.{i}.mlp.gate` (or the router a peft LoRA wrapper of that name holds) that carry `top_k`
+    (transformers' top-k routers; a dense model has none)."""
     routers = []
     for name, module in model.named_modules():
         match = _LAYER.search(name)
-        if name.endswith("mlp.gate") and match and hasattr(module, "top_k"):
+        if not (name.endswith("mlp.gate") and match):
+            continue
+        while hasattr(module, "base_layer"):  # peft's wrapper of a LoRA-adapted router: the router inside
+            module = module.base_layer
+        if hasattr(module, "top_k"):
             routers.append((int(match.group(1)), module))
     return sorted(routers, key=lambda pair: pair[0])
 

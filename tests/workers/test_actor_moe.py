@@ -1,6 +1,8 @@
 """The actor on a tiny mixture-of-experts model: the router's load-balancing loss in the update and the expert-load
 metrics, checked against transformers' own router logits and `load_balancing_loss_func`."""
 
+import copy
+
 import pytest
 import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
@@ -10,8 +12,11 @@ from hyflow.config.actor_rollout_ref import ActorConfig
 from hyflow.models.loader import load_causal_lm
 from hyflow.models.policy import PolicyModel
 from hyflow.models.tiny import MOE_EXPERTS, MOE_TOP_K, build_tiny_model
+from hyflow.protocol import DataProto
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.optim import build_optimizer
+
+from .test_actor_rollout_ref import actor_rollout_ref_config, make_group
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +113,22 @@ def test_moe_update_reports_each_layers_expert_load_every_interval(moe_path, ppo
 def test_router_aux_loss_coef_on_a_dense_model_is_an_error_naming_the_key(tiny_model_path):
     with pytest.raises(ValueError, match=r"router_aux_loss_coef=0\.01.*no mixture-of-experts routers"):
         build_actor(tiny_model_path, router_aux_loss_coef=0.01)
+
+
+@pytest.mark.timeout(300)
+def test_lora_on_a_moe_model_trains_attention_adapters_and_the_engine_gets_the_merged_weights(moe_path, ppo_batch):
+    group = make_group(actor_rollout_ref_config(moe_path, lora_rank=4), rollout=True)
+    trainable = {n for n, p in group.worker.actor.module.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name for name in trainable)
+    assert any("self_attn.q_proj" in name for name in trainable)
+    train = ppo_batch(batch_size=8, seed=2)
+    metrics = group.update_actor(copy.deepcopy(train)).meta_info[F.METRICS]
+    assert "actor/router_aux_loss" in metrics
+    prompts = train.select(batch_keys=[F.INPUT_IDS, F.ATTENTION_MASK, F.POSITION_IDS])[:4]
+    prompts = DataProto.from_dict(
+        {k: v[:, :6] for k, v in prompts.batch.items()}, meta_info={F.TEMPERATURE: 1.0, F.DO_SAMPLE: True}
+    )
+    generated = group.generate_sequences(prompts)
+    recomputed = group.compute_log_prob(copy.deepcopy(generated)).batch[F.OLD_LOG_PROBS]
+    mask = generated.batch[F.RESPONSE_MASK].bool()
+    torch.testing.assert_close(recomputed[mask], generated.batch[F.ROLLOUT_LOG_PROBS][mask], rtol=1e-3, atol=1e-3)

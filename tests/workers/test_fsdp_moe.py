@@ -1,0 +1,54 @@
+"""FSDP2 with a tiny mixture-of-experts model on 2 gloo ranks: each rank built lean (`build_sharded`), the same
+log-probs, router aux loss, expert load and update as one process."""
+
+import copy
+
+import pytest
+import torch
+
+from hyflow.config.actor_rollout_ref import ActorConfig
+from hyflow.config.common import FSDPConfig, ModelConfig
+from hyflow.models.tiny import build_tiny_model
+from hyflow.workers.actor import DataParallelPPOActor
+from hyflow.workers.builders import policy_maker
+from hyflow.workers.fsdp import build_device_mesh, iter_full_state
+from hyflow.workers.lean_load import build_sharded
+from hyflow.workers.optim import build_optimizer
+
+from .conftest import make_ppo_batch
+from .distributed import run_ranks
+
+ROWS = 4
+
+
+def moe_update(rank: int, path: str, data, world_size: int):
+    """(log-probs, metrics, parameters after one step, how the weights were loaded) of this rank's shard."""
+    shard = data.chunk(world_size)[rank] if world_size > 1 else data
+    # One row per micro-batch: each micro-batch's routing statistics are then the same on 1 and 2 ranks.
+    config = ActorConfig(ppo_micro_batch_size_per_gpu=1, router_aux_loss_coef=0.1)
+    config.optim.lr = 1e-2
+    fsdp_config = FSDPConfig()
+    make = policy_maker(ModelConfig(path=path), fsdp_config, path, trainable=True)
+    policy, stats = build_sharded(make, path, fsdp_config, build_device_mesh())
+    optimizer = build_optimizer(policy.parameters(), config.optim)
+    actor = DataParallelPPOActor(config, policy, optimizer, mini_batch_size=ROWS // world_size)
+    log_probs, _ = actor.compute_log_prob(copy.deepcopy(shard))
+    metrics = actor.update_policy(shard)
+    return log_probs, metrics, {name: tensor.clone() for name, tensor in iter_full_state(actor.module)}, stats.mode
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+def test_two_rank_fsdp_moe_update_equals_one_rank_update(tmp_path):
+    path = build_tiny_model(tmp_path / "moe", arch="qwen3_moe", hidden_size=32)
+    data = make_ppo_batch(batch_size=ROWS, seed=5)
+    single_log_probs, single_metrics, single_params, _ = moe_update(0, path, data, 1)
+    (lp0, metrics, params, mode), (lp1, metrics_rank1, _, _) = run_ranks(moe_update, 2, path, data, 2)
+    assert mode == "broadcast"  # per-expert checkpoint tensors, fused while loading: rank 0 loads and sends
+    torch.testing.assert_close(torch.cat([lp0, lp1]), single_log_probs, rtol=1e-5, atol=1e-5)
+    assert metrics == metrics_rank1  # reduced over ranks
+    for name in ("actor/pg_loss", "actor/router_aux_loss", "actor/grad_norm", "moe/load_imbalance"):
+        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-4, abs=1e-6), name
+    assert set(params) == set(single_params)
+    for name, value in params.items():
+        torch.testing.assert_close(value, single_params[name], rtol=1e-4, atol=1e-4, msg=name)
