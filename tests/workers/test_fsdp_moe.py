@@ -1,5 +1,6 @@
-"""FSDP2 with a tiny mixture-of-experts model on 2 gloo ranks: each rank built lean (`build_sharded`), the same
-log-probs, router aux loss, expert load and update as one process."""
+"""FSDP2 with a tiny mixture-of-experts model on 2 gloo ranks: each rank built lean (`build_sharded`: its own
+experts read from the per-expert checkpoint into transformers' fused expert parameters), the same shards as a full
+load, and the same log-probs, router aux loss, expert load and update as one process."""
 
 import copy
 
@@ -11,7 +12,7 @@ from hyflow.config.common import FSDPConfig, ModelConfig
 from hyflow.models.tiny import build_tiny_model
 from hyflow.workers.actor import DataParallelPPOActor
 from hyflow.workers.builders import policy_maker
-from hyflow.workers.fsdp import build_device_mesh, iter_full_state
+from hyflow.workers.fsdp import apply_fsdp2, build_device_mesh, iter_full_state
 from hyflow.workers.lean_load import build_sharded
 from hyflow.workers.optim import build_optimizer
 
@@ -44,7 +45,7 @@ def test_two_rank_fsdp_moe_update_equals_one_rank_update(tmp_path):
     data = make_ppo_batch(batch_size=ROWS, seed=5)
     single_log_probs, single_metrics, single_params, _ = moe_update(0, path, data, 1)
     (lp0, metrics, params, mode), (lp1, metrics_rank1, _, _) = run_ranks(moe_update, 2, path, data, 2)
-    assert mode == "broadcast"  # per-expert checkpoint tensors, fused while loading: rank 0 loads and sends
+    assert mode == "sliced"  # per-expert checkpoint tensors into the fused experts, each rank its own experts
     torch.testing.assert_close(torch.cat([lp0, lp1]), single_log_probs, rtol=1e-5, atol=1e-5)
     assert metrics == metrics_rank1  # reduced over ranks
     for name in ("actor/pg_loss", "actor/router_aux_loss", "actor/grad_norm", "moe/load_imbalance"):
@@ -52,3 +53,27 @@ def test_two_rank_fsdp_moe_update_equals_one_rank_update(tmp_path):
     assert set(params) == set(single_params)
     for name, value in params.items():
         torch.testing.assert_close(value, single_params[name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+def lean_and_full_shards(rank: int, paths: dict[str, str]):
+    """Per family: how the lean build loaded, and its local shards beside those of `from_pretrained` + FSDP2."""
+    results = {}
+    for arch, path in paths.items():
+        make = policy_maker(ModelConfig(path=path), FSDPConfig(), path, trainable=True)
+        lean, stats = build_sharded(make, path, FSDPConfig(), build_device_mesh())
+        full = apply_fsdp2(make(False)[0], FSDPConfig(), build_device_mesh())
+        shards = [{n: p.to_local().detach().clone() for n, p in m.named_parameters()} for m in (lean, full)]
+        results[arch] = (stats.mode, *shards)
+    return results
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+def test_lean_load_reads_each_ranks_experts_into_the_fused_parameters_of_every_moe_family(tmp_path):
+    paths = {arch: build_tiny_model(tmp_path / arch, arch=arch, hidden_size=32) for arch in ("qwen2_moe", "mixtral")}
+    for per_arch in run_ranks(lean_and_full_shards, 2, paths):
+        for arch, (mode, lean, full) in per_arch.items():
+            assert mode == "sliced", arch
+            assert any("experts.gate_up_proj" in name for name in lean)
+            for name, value in full.items():
+                assert torch.equal(lean[name], value), (arch, name)
