@@ -13,7 +13,8 @@ Mixtral (`load_balancing_loss_func`): over all layers and tokens together,
 
 with w_t the token weights (1 for a counted token, 0 for padding). f counts the router's top-k choices (no
 gradient); P is differentiable, so the gradient pushes router probability away from over-loaded experts. Balanced
-routing gives aux = k (f_e = k/E, P_e = 1/E); everything on one expert gives aux = E·k.
+routing gives aux = k (f_e = k/E, P_e = 1/E); every token on the same k experts, with all the probability
+there, gives aux = E (f_e ≤ 1, Σ_e P_e = 1).
 """
 
 from __future__ import annotations
