@@ -9,11 +9,13 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss
 
 from hyflow import fields as F
 from hyflow.config.actor_rollout_ref import ActorConfig
-from hyflow.models.loader import load_causal_lm
+from hyflow.config.critic import CriticConfig
+from hyflow.models.loader import load_causal_lm, load_value_model
 from hyflow.models.policy import PolicyModel
 from hyflow.models.tiny import MOE_EXPERTS, MOE_TOP_K, build_tiny_model
 from hyflow.protocol import DataProto
 from hyflow.workers.actor import DataParallelPPOActor
+from hyflow.workers.critic import DataParallelPPOCritic
 from hyflow.workers.optim import build_optimizer
 
 from .test_actor_rollout_ref import actor_rollout_ref_config, make_group
@@ -132,3 +134,20 @@ def test_lora_on_a_moe_model_trains_attention_adapters_and_the_engine_gets_the_m
     recomputed = group.compute_log_prob(copy.deepcopy(generated)).batch[F.OLD_LOG_PROBS]
     mask = generated.batch[F.RESPONSE_MASK].bool()
     torch.testing.assert_close(recomputed[mask], generated.batch[F.ROLLOUT_LOG_PROBS][mask], rtol=1e-3, atol=1e-3)
+
+
+def test_a_critic_on_a_moe_backbone_trains_its_experts_with_or_without_padding(moe_path, ppo_batch):
+    data = ppo_batch(batch_size=4, seed=6)
+    values = []
+    for remove_padding in (False, True):
+        config = CriticConfig(ppo_epochs=1, shuffle=False, loss_agg_mode="token-mean", ppo_micro_batch_size_per_gpu=2)
+        model = load_value_model(moe_path)
+        if remove_padding:
+            model.enable_remove_padding()
+        torch.nn.init.normal_(model.value_head.weight, generator=torch.Generator().manual_seed(0))
+        critic = DataParallelPPOCritic(config, model, build_optimizer(model.parameters(), config.optim), 4)
+        experts = model.backbone.layers[0].mlp.experts.gate_up_proj.detach().clone()
+        values.append(critic.compute_values(copy.deepcopy(data)))
+        critic.update_critic(copy.deepcopy(data))
+        assert not torch.equal(model.backbone.layers[0].mlp.experts.gate_up_proj, experts)
+    torch.testing.assert_close(values[0], values[1], rtol=1e-5, atol=1e-5)
