@@ -38,24 +38,7 @@ def moe_update(rank: int, path: str, data, world_size: int):
     return log_probs, metrics, {name: tensor.clone() for name, tensor in iter_full_state(actor.module)}, stats.mode
 
 
-@pytest.mark.multiproc
-@pytest.mark.timeout(300)
-def test_two_rank_fsdp_moe_update_equals_one_rank_update(tmp_path):
-    path = build_tiny_model(tmp_path / "moe", arch="qwen3_moe", hidden_size=32)
-    data = make_ppo_batch(batch_size=ROWS, seed=5)
-    single_log_probs, single_metrics, single_params, _ = moe_update(0, path, data, 1)
-    (lp0, metrics, params, mode), (lp1, metrics_rank1, _, _) = run_ranks(moe_update, 2, path, data, 2)
-    assert mode == "sliced"  # per-expert checkpoint tensors into the fused experts, each rank its own experts
-    torch.testing.assert_close(torch.cat([lp0, lp1]), single_log_probs, rtol=1e-5, atol=1e-5)
-    assert metrics == metrics_rank1  # reduced over ranks
-    for name in ("actor/pg_loss", "actor/router_aux_loss", "actor/grad_norm", "moe/load_imbalance"):
-        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-4, abs=1e-6), name
-    assert set(params) == set(single_params)
-    for name, value in params.items():
-        torch.testing.assert_close(value, single_params[name], rtol=1e-4, atol=1e-4, msg=name)
-
-
-def lean_and_full_shards(rank: int, paths: dict[str, str]):
+def lean_and_full_shards(paths: dict[str, str]):
     """Per family: how the lean build loaded, and its local shards beside those of `from_pretrained` + FSDP2."""
     results = {}
     for arch, path in paths.items():
@@ -67,11 +50,42 @@ def lean_and_full_shards(rank: int, paths: dict[str, str]):
     return results
 
 
+def two_rank_runs(rank: int, paths: dict[str, str], data):
+    """One spawn for both tests: the qwen3_moe update, and the lean loads of the other families."""
+    update = moe_update(rank, paths["qwen3_moe"], data, 2)
+    return update, lean_and_full_shards({arch: paths[arch] for arch in ("qwen2_moe", "mixtral")})
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fsdp_moe")
+    paths = {
+        arch: build_tiny_model(root / arch, arch=arch, hidden_size=32) for arch in ("qwen3_moe", "qwen2_moe", "mixtral")
+    }
+    data = make_ppo_batch(batch_size=ROWS, seed=5)
+    return paths, data, run_ranks(two_rank_runs, 2, paths, data)
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(300)
-def test_lean_load_reads_each_ranks_experts_into_the_fused_parameters_of_every_moe_family(tmp_path):
-    paths = {arch: build_tiny_model(tmp_path / arch, arch=arch, hidden_size=32) for arch in ("qwen2_moe", "mixtral")}
-    for per_arch in run_ranks(lean_and_full_shards, 2, paths):
+def test_two_rank_fsdp_moe_update_equals_one_rank_update(two_rank_results):
+    paths, data, results = two_rank_results
+    single_log_probs, single_metrics, single_params, _ = moe_update(0, paths["qwen3_moe"], data, 1)
+    (lp0, metrics, params, mode), (lp1, metrics_rank1, _, _) = [update for update, _ in results]
+    assert mode == "sliced"  # per-expert checkpoint tensors into the fused experts, each rank its own experts
+    torch.testing.assert_close(torch.cat([lp0, lp1]), single_log_probs, rtol=1e-5, atol=1e-5)
+    assert metrics == metrics_rank1  # reduced over ranks
+    for name in ("actor/pg_loss", "actor/router_aux_loss", "actor/grad_norm", "moe/load_imbalance"):
+        assert metrics[name] == pytest.approx(single_metrics[name], rel=1e-4, abs=1e-6), name
+    assert set(params) == set(single_params)
+    for name, value in params.items():
+        torch.testing.assert_close(value, single_params[name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+def test_lean_load_reads_each_ranks_experts_into_the_fused_parameters_of_every_moe_family(two_rank_results):
+    for _, per_arch in two_rank_results[2]:
         for arch, (mode, lean, full) in per_arch.items():
             assert mode == "sliced", arch
             assert any("experts.gate_up_proj" in name for name in lean)
