@@ -7,6 +7,7 @@
   (`policy_losses.py`: vanilla PPO with clip-higher and dual-clip, GSPO, GPG, CISPO, DRO, REINFORCE with truncated IS
   weights for rollout correction's bypass mode; `covariance_losses.py`:
   Clip-Cov, KL-Cov)
+- the mixture-of-experts router's load-balancing loss and expert load (`router_balance.py`)
 - PF-PPO's resampling by reward (`pf_ppo.py`: `pf_ppo_sample_indices`)
 - `agg_loss` (token / sequence normalisation), `kl_penalty` and the KL controllers, `compute_value_loss`,
   `entropy_from_logits`, and the masked statistics they are built from.
@@ -57,6 +58,7 @@ from hyflow.algorithms.registry import (
     register_adv_est,
     register_policy_loss,
 )
+from hyflow.algorithms.router_balance import expert_load, load_balancing_loss
 from hyflow.algorithms.value import compute_value_loss
 
 __all__ = [
@@ -90,11 +92,13 @@ __all__ = [
     "compute_rloo_vectorized_outcome_advantage",
     "compute_value_loss",
     "entropy_from_logits",
+    "expert_load",
     "fold_masked_rewards",
     "get_adv_estimator_fn",
     "get_kl_controller",
     "get_policy_loss_fn",
     "kl_penalty",
+    "load_balancing_loss",
     "log_probs_from_logits",
     "masked_mean",
     "masked_sum",

@@ -78,6 +78,12 @@ class ActorConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     freeze_vision_tower: bool = False  # vision-language models: no gradients into the vision encoder
     router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)  # MoE routing replay (R2/R3)
+    # mixture-of-experts models: weight of the router's load-balancing loss in the actor loss (null: the model
+    # config's router_aux_loss_coef; 0: off); reported as actor/router_aux_loss
+    router_aux_loss_coef: float | None = None
+    # mixture-of-experts models: report the expert load per layer (moe/layer_{i}/load_max, moe/load_imbalance)
+    # every N-th actor update; 0: never (verl's actor_rollout_ref.rollout key of the same name lands here)
+    moe_load_balance_metrics_interval: int = 1
 
     def __post_init__(self) -> None:
         if self.clip_ratio_low is None:

@@ -109,6 +109,10 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = True
     use_fused_kernels: bool = True
     use_remove_padding: bool = False
+    # mixture-of-experts models: how transformers computes the experts (grouped_mm: one grouped GEMM per
+    # projection over all experts; batched_mm: a batched matmul over gathered expert weights; eager: a Python loop
+    # over the experts, the reference)
+    experts_implementation: Literal["grouped_mm", "batched_mm", "eager"] = "grouped_mm"
     lora_rank: int = 0  # 0: full fine-tuning
     lora_alpha: int = 16
     target_modules: str | list[str] = "all-linear"

@@ -58,6 +58,10 @@ RENAMED: dict[str, str] = {
     "reward.num_workers": "reward_model.num_workers",
     "reward_model.model_path": "reward_model.model.path",
     "reward_model.reward_kwargs.overlong_buffer_cfg": "reward_model.overlong_buffer",
+    # verl reports the expert load of the rollout's routing; hyflow that of the actor update's forward
+    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": (
+        "actor_rollout_ref.actor.moe_load_balance_metrics_interval"
+    ),
 }
 
 # verl spellings of values -> hyflow's, for keys matching the pattern.
@@ -95,7 +99,6 @@ IGNORED: dict[str, str] = {
     "actor_rollout_ref.rollout.skip_tokenizer_init": _VLLM,
     "actor_rollout_ref.rollout.limit_images": _VLLM,
     "actor_rollout_ref.rollout.prometheus": "an inference-server metrics exporter",
-    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": "a MoE load-balance metric",
     "actor_rollout_ref.rollout.data_parallel_size": _LAYOUT,
     "actor_rollout_ref.rollout.expert_parallel_size": _LAYOUT,
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": _LAYOUT,

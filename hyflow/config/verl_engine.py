@@ -8,8 +8,8 @@ verl's `_mutable_fields`, dict-style access (`BaseConfig`):
 - `OptimizerConfig`, `FSDPOptimizerConfig` are hyflow's `OptimConfig` with `clip_grad` (hyflow keeps it as
   `actor.grad_clip`), `min_lr_ratio=None` meaning 0, and `warmup_style` read as `lr_scheduler_type`;
 - `FSDPEngineConfig` is hyflow's `FSDPConfig`, its `wrap_policy` verl's free-form mapping;
-- `HFModelConfig` is hyflow's `ModelConfig`, `target_modules` / `exclude_modules` typed `Any` for OmegaConf and
-  checked as hyflow's types;
+- `HFModelConfig` is hyflow's `ModelConfig`, `target_modules` / `exclude_modules` / `experts_implementation` typed
+  `Any` for OmegaConf and checked as hyflow's types;
 - `McoreOptimizerConfig`, `McoreEngineConfig` are Megatron-Core's settings.
 
 hyflow does not train with Megatron-Core: the `Mcore*` classes hold and check values only (for code that builds
@@ -227,15 +227,18 @@ _MODEL_TYPES = typing.get_type_hints(ModelConfig)
 class HFModelConfig(ModelConfig, BaseConfig):
     """verl's model section: hyflow's `ModelConfig` (a local Hugging Face folder, LoRA, gradient checkpointing).
     `target_modules` and `exclude_modules` accept a string or a list of strings; they are typed `Any` so that
-    `OmegaConf.structured(HFModelConfig)` merges either, and checked as hyflow's types (or None) when built.
+    `OmegaConf.structured(HFModelConfig)` merges either, and checked as hyflow's types (or None) when built, as is
+    `experts_implementation`.
     Unlike verl's, building it reads no files (hyflow loads the model and tokenizer in its workers)."""
 
     _mutable_fields = frozenset()
 
     target_modules: Any = "all-linear"
     exclude_modules: Any = None
+    experts_implementation: Any = "grouped_mm"  # a Literal, which OmegaConf cannot type
 
     def __post_init__(self) -> None:
         checked_as = {name: _MODEL_TYPES[name] | None for name in ("target_modules", "exclude_modules")}  # verl: None
+        checked_as["experts_implementation"] = _MODEL_TYPES["experts_implementation"]
         check_values(self, checked_as)
         self._freeze()

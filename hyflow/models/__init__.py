@@ -6,6 +6,7 @@
 - `policy.py`: `PolicyModel`, a causal LM whose forward returns response log-probs via a chunked LM head
 - `value_head.py`: `ValueModel`, backbone + scalar value head (the critic)
 - `lora.py`: `apply_lora` (peft) and `merged_hf_weights` (adapters folded into plain weights)
+- `moe_routers.py`: `RouterCapture`, forward hooks that record a mixture-of-experts model's router logits and experts
 - `kernels/`: fused Triton kernels (LM-head log-probs, RMSNorm, SiLU-and-mul, rotary) and `apply_fused_kernels`
 - `tiny.py`: `build_tiny_tokenizer`, `build_tiny_model`: a tiny model + tokenizer folder for tests and the demo
 """

@@ -5,11 +5,17 @@
     critic = load_value_model(critic_path)                       # backbone + scalar value head
     reward_model = load_sequence_classifier(rm_path)              # backbone + its trained `score` head
     skeleton = load_causal_lm(model_path, empty_weights=True)     # parameters on `meta`, buffers real
+    moe = load_causal_lm(moe_path, experts_implementation="grouped_mm")   # MoE: how transformers runs the experts
 
 `empty_weights=True` builds the same module from the folder's config with every parameter on the `meta` device
 (nothing allocated, nothing read) and every buffer real, computed by the module's own `__init__` as
 `from_pretrained` computes it (rotary `inv_freq`); `hyflow.workers.lean_load` fills the parameters after FSDP2 has
 sharded them, each rank only its own shards.
+
+A mixture-of-experts model runs its experts with transformers' `experts_implementation`: hyflow asks for
+`grouped_mm` (one grouped GEMM per projection over all experts, on CPU and CUDA; torch >= 2.9) unless the config
+says otherwise, and a model that cannot is an error rather than a silent fall back to the per-expert Python loop
+(`eager`). Dense models ignore the setting.
 
 Every path is checked first: one that is not a local folder holding a `config.json` is a `ValueError` that names
 the key it came from and says that hyflow does not download.
@@ -84,6 +90,20 @@ def load_model_config(
     return config
 
 
+def is_mixture_of_experts(config: transformers.PretrainedConfig) -> bool:
+    """Whether the config describes routed experts (Qwen-MoE's `num_experts`, Mixtral's `num_local_experts`)."""
+    text_config = getattr(config, "text_config", None) or config
+    return bool(getattr(text_config, "num_experts", None) or getattr(text_config, "num_local_experts", None))
+
+
+def experts_kwargs(config: transformers.PretrainedConfig, experts_implementation: str | None) -> dict[str, str]:
+    """`{"experts_implementation": ...}` for `from_pretrained` / `from_config` of a MoE model (nothing for a dense
+    model or None: transformers' own choice)."""
+    if experts_implementation is None or not is_mixture_of_experts(config):
+        return {}
+    return {"experts_implementation": experts_implementation}
+
+
 @contextlib.contextmanager
 def parameters_on_meta() -> Iterator[None]:
     """Every parameter a module registers inside the block is moved to the `meta` device as it is registered
@@ -124,15 +144,19 @@ def load_causal_lm(
     attn_implementation: str | None = None,
     key: str = "actor_rollout_ref.model.path",
     empty_weights: bool = False,
+    experts_implementation: str | None = "grouped_mm",
 ) -> torch.nn.Module:
     """`AutoModelForCausalLM.from_pretrained` on a checked local folder, in `dtype`, with config overrides; a
     vision-language folder (its config has a `vision_config`) loads with `AutoModelForImageTextToText`.
-    `empty_weights`: parameters on meta, nothing read (see the module docstring)."""
+    `empty_weights`: parameters on meta, nothing read (see the module docstring). `experts_implementation`: how a
+    mixture-of-experts model computes its experts (`grouped_mm`, `batched_mm` or `eager`; None: transformers'
+    default); dense models ignore it."""
     path = check_local_model_folder(path, key)
     config = load_model_config(path, override_config, trust_remote_code)
     kwargs: dict[str, Any] = {DTYPE_KWARG: dtype, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    kwargs.update(experts_kwargs(config, experts_implementation))
     return _build(path, config, empty_weights, auto_model_class(config), **kwargs)
 
 

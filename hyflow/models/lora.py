@@ -57,11 +57,14 @@ def apply_lora(
     target_modules: str | list[str] = "all-linear",
     exclude_modules: str | list[str] | None = None,
 ) -> nn.Module:
-    """Wrap `lm` in a `peft` LoRA model (adapter "default"); base weights are frozen."""
+    """Wrap `lm` in a `peft` LoRA model (adapter "default"); base weights are frozen. On a mixture-of-experts model
+    "all-linear" means its `nn.Linear` layers (attention, a shared expert), not its routers and 3D experts."""
     from peft import LoraConfig, get_peft_model
 
     if lora_rank <= 0:
         raise ValueError(f"actor_rollout_ref.model.lora_rank={lora_rank} must be > 0 to use LoRA (0 turns it off).")
+    if target_modules == "all-linear" and has_fused_experts(lm):
+        target_modules = linear_module_names(lm)
     config = LoraConfig(
         r=lora_rank,
         lora_alpha=lora_alpha,
@@ -72,6 +75,20 @@ def apply_lora(
     )
     with _stand_ins_for_meta(lm):
         return get_peft_model(lm, config)
+
+
+def has_fused_experts(lm: nn.Module) -> bool:
+    """Whether `lm` keeps mixture-of-experts weights as 3D parameters (transformers 5's `mlp.experts`)."""
+    return any(param.dim() == 3 for name, param in lm.named_parameters() if ".experts." in name)
+
+
+def linear_module_names(lm: nn.Module) -> list[str]:
+    """The names of `lm`'s `nn.Linear` modules but the LM head: what "all-linear" means for a dense model. On a
+    mixture-of-experts model peft's "all-linear" would also wrap the routers and the 3D expert parameters
+    (`ParamWrapper`), whose adapters the weight sync cannot fold into the engine's weights yet."""
+    head = lm.get_output_embeddings()
+    names = {name.rsplit(".", 1)[-1] for name, m in lm.named_modules() if isinstance(m, nn.Linear) and m is not head}
+    return sorted(names)
 
 
 def adapter_settings(adapter_path: str) -> dict[str, Any]:

@@ -8,12 +8,13 @@ Shape legend: B = rows on this rank, R = response length, T = prompt + response 
 
 The update, per mini-batch (one optimizer step):
 
-    loss = pg_loss − entropy_coeff · entropy + kl_loss_coef · kl_loss
+    loss = pg_loss − entropy_coeff · entropy + kl_loss_coef · kl_loss (+ router_aux_loss_coef · router_aux_loss)
 
-each term aggregated with `agg_loss(loss_agg_mode)` over the *global* mini-batch: the token count (token-mean) or
-sequence count (seq-mean-*) is summed over this rank's micro-batches and all-reduced over ranks before the first
-forward, so the gradient does not depend on how the mini-batch was cut into micro-batches or ranks. Metrics are
-accumulated as tensors and reach the host once, at the end.
+the last for mixture-of-experts models (`moe_balance.py`, which also reports the expert load); each term aggregated
+with `agg_loss(loss_agg_mode)` over the *global* mini-batch: the token count (token-mean) or sequence count
+(seq-mean-*) is summed over this rank's micro-batches and all-reduced over ranks before the first forward, so the
+gradient does not depend on how the mini-batch was cut into micro-batches or ranks. Metrics are accumulated as
+tensors and reach the host once, at the end.
 
 A batch without `old_log_probs` is trained exactly on-policy: the trainer skips their pass when each batch gets one
 optimizer step (`actor_rollout_ref.actor.recompute_old_log_prob`), so the weights of the update's forward are those
@@ -45,6 +46,7 @@ from hyflow.protocol import DataProto
 from hyflow.workers.batching import multi_modal_rows, pad_responses, restore_order, select_model_inputs
 from hyflow.workers.fsdp import training_device
 from hyflow.workers.micro_batch_loop import ForwardSettings, forward_without_grad, run_ppo_epochs
+from hyflow.workers.moe_balance import RouterBalance
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ class DataParallelPPOActor:
         self.mini_batch_size = mini_batch_size
         self.device = training_device()
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+        self.router_balance = RouterBalance(module, config)  # MoE models: load-balancing loss and expert load
         self._num_updates = 0
 
     def _forward(
@@ -171,7 +174,8 @@ class DataParallelPPOActor:
         on_policy = F.OLD_LOG_PROBS not in micro.keys()  # noqa: SIM118 (TensorDict membership)
         skipped_pass = on_policy or F.ROLLOUT_CORRECTION in loss_kwargs  # bypass mode skips the pass too
         compute_entropy = config.entropy_coeff != 0 or skipped_pass
-        log_prob, entropy = self._forward(micro, packed, temperature, compute_entropy)
+        with self.router_balance.recording() as routed:
+            log_prob, entropy = self._forward(micro, packed, temperature, compute_entropy)
         mask = micro[F.RESPONSE_MASK].to(log_prob.dtype)
         wanted = (F.ROLLOUT_LOG_PROBS, F.ROLLOUT_IS_WEIGHTS, *config.policy_loss.extra_batch_keys)
         extra = {key: micro[key] for key in wanted if key in micro}
@@ -202,7 +206,8 @@ class DataParallelPPOActor:
             kl_loss = agg_loss(kld, mask, config.loss_agg_mode, **agg_kwargs)
             loss = loss + config.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach() / dp_size
-        return loss, metrics
+        router_loss, router_metrics = self.router_balance.micro_batch_terms(routed, micro, packed, agg_kwargs)
+        return loss + router_loss, {**metrics, **router_metrics}
 
     def _update_keys(self, data: DataProto) -> list[str]:
         keys = [*MODEL_INPUTS, F.RESPONSE_MASK, F.ADVANTAGES]
@@ -253,6 +258,7 @@ class DataParallelPPOActor:
         loss_kwargs = {key: data.meta_info[key] for key in (F.ROLLOUT_CORRECTION,) if key in data.meta_info}
         batch = select_model_inputs(data, self._update_keys(data))
         self.module.train()
+        self.router_balance.start_update(self._num_updates)
         metrics = run_ppo_epochs(
             self.module,
             self.optimizer,
@@ -267,4 +273,4 @@ class DataParallelPPOActor:
             ),
         )
         self._num_updates += 1
-        return metrics
+        return {**metrics, **self.router_balance.update_metrics()}

@@ -85,7 +85,12 @@ def policy_maker(model_config: Any, fsdp_config: Any, path: str, trainable: bool
 
     def make(empty_weights: bool) -> tuple[PolicyModel, nn.Module]:
         lm = load_causal_lm(
-            path, dtype, model_config.override_config, model_config.trust_remote_code, empty_weights=empty_weights
+            path,
+            dtype,
+            model_config.override_config,
+            model_config.trust_remote_code,
+            empty_weights=empty_weights,
+            experts_implementation=model_config.experts_implementation,
         )
         hf_model = lm
         if freeze_vision:
@@ -142,6 +147,7 @@ def value_model_maker(model_config: Any, fsdp_config: Any, path: str):
             model_config.trust_remote_code,
             key="critic.model.path",
             empty_weights=empty_weights,
+            experts_implementation=model_config.experts_implementation,
         )
         model = value_model_of(lm, dtype, path)
         apply_fused_kernels_if_enabled(model.backbone, model_config)

@@ -21,8 +21,10 @@ on one node (8 × ~65 GB for a 32B model in bf16 on 8 GPUs). With several ranks,
      `safe_open(...).get_slice` (`hyflow.engine.models.iter_safetensors`), one tensor at a time, and copies them
      into its local shard (cast to the module's dtype as `from_pretrained` casts). Host memory: this rank's shards
      (where they live: CPU ranks and offload) plus one tensor's rows in flight.
+     Mixture-of-experts weights stored per expert fill transformers' fused 3D expert parameters the same way,
+     each rank reading only its own experts' tensors (`lean_load_experts`).
    - **broadcast from rank 0**, where a name does not match: a folder without safetensors, a checkpoint
-     transformers converts while loading (fused MoE experts, a quantised checkpoint). Rank 0 builds the module as
+     transformers converts otherwise while loading (a quantised checkpoint). Rank 0 builds the module as
      one process does (`make(False)`: `from_pretrained`, from the random state the skeleton started from, so its
      random draws are a full load's), and `set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)`
      sends every rank its shards. Only rank 0 holds the whole model.
@@ -49,6 +51,7 @@ from torch.distributed.tensor import DTensor, Shard
 from hyflow.engine.models import iter_safetensors
 from hyflow.engine.parallel import TensorSlice
 from hyflow.workers.fsdp import apply_fsdp2, shard_rows, training_device
+from hyflow.workers.lean_load_experts import ExpertSources, fill_fused_experts, fused_expert_sources
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +81,7 @@ class SlicePlan:
     missing: list[str]
     has_safetensors: bool
     quantization: str | None = None
+    experts: dict[str, ExpertSources] = dataclasses.field(default_factory=dict)  # fused MoE experts, per expert
 
     @property
     def sliced(self) -> bool:
@@ -128,7 +132,7 @@ def checkpoint_renamer(hf_model: nn.Module) -> Callable[[str], str]:
     still loads sliced: (transformers 5) its conversion mapping's renames (a VLM saved in the older `visual.` /
     `model.` layout), then the base-model prefix (`base_model_prefix`: a checkpoint of the bare backbone, `layers.0.`,
     loading into a model with a head, `model.layers.0.`, and the reverse). Conversions that change values or shapes
-    (fused MoE experts) are not renames: their tensors stay unmatched and the load broadcasts."""
+    (fused MoE experts) are not renames: `lean_load_experts` plans those."""
     renamings = _conversion_renamings(hf_model)
     prefix = getattr(hf_model, "base_model_prefix", "")
     names = {name.replace(".base_layer.", ".") for name in hf_model.state_dict(keep_vars=True)}  # peft's base_layer
@@ -182,15 +186,19 @@ def slice_plan(module: nn.Module, hf_model: nn.Module, path: str) -> SlicePlan:
     persistent = set(module.state_dict(keep_vars=True))
     tensors = [(name, p, aliases[id(p)]) for name, p in module.named_parameters() if p.device.type == "meta"]
     tensors += [(name, b, [name]) for name, b in module.named_buffers() if name in persistent]
-    keys, missing = {}, []
+    keys, missing, experts = {}, [], {}
     for name, tensor, names in tensors:
         candidates = [stored.get(_checkpoint_name(alias, prefixes)) for alias in names]
         found = [key for key in candidates if key is not None and shapes[key] == tuple(tensor.shape)]
+        checkpoint_name = _checkpoint_name(name, prefixes) or ""
         if found:
             keys[name] = found[0]
+        elif fused := fused_expert_sources(hf_model, checkpoint_name, tuple(tensor.shape), stored, shapes):
+            experts[name] = fused
         else:
             missing.append(name)
-    return SlicePlan(keys, missing, has_safetensors=bool(shapes), quantization=quant_method(hf_model.config))
+    quantization = quant_method(hf_model.config)
+    return SlicePlan(keys, missing, has_safetensors=bool(shapes), quantization=quantization, experts=experts)
 
 
 def quant_method(config: Any) -> str | None:
@@ -317,6 +325,7 @@ def build_sharded(make: Make, path: str, fsdp_config: Any, mesh: DeviceMesh | No
         shard(module)
         materialize_meta_parameters(module, device)
         fill_from_safetensors(module, path, plan.keys, stats)
+        fill_fused_experts(module, path, plan.experts, stats)
     else:
         reason = _broadcast_reason(plan)
         stats = LoadStats("broadcast", reason=reason)

@@ -30,6 +30,8 @@ def _problems(overrides: list[str]) -> list[str]:
         ("algorithm.kl_ctrl.kl_coef=-0.001", "algorithm.kl_ctrl.kl_coef=-0.001 must be 0 or more"),
         ("actor_rollout_ref.actor.grad_clip=0", "actor_rollout_ref.actor.grad_clip=0.0 must be positive"),
         ("actor_rollout_ref.actor.kl_loss_coef=-1", "kl_loss_coef=-1.0 must be 0 or more"),
+        ("actor_rollout_ref.actor.router_aux_loss_coef=-0.1", "router_aux_loss_coef=-0.1 must be 0 or more"),
+        ("actor_rollout_ref.actor.moe_load_balance_metrics_interval=-1", "metrics_interval=-1 must be 0 or more"),
         ("actor_rollout_ref.rollout.top_k=0", "actor_rollout_ref.rollout.top_k=0 must be positive (> 0) or -1"),
         ("reward_model.timeout=0", "reward_model.timeout=0.0 must be positive"),
         ("trainer.test_freq=-2", "trainer.test_freq=-2 must be positive (> 0) or -1"),

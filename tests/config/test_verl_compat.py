@@ -177,3 +177,9 @@ def test_pf_ppo_keys_load_as_hyflow_keys():
     )
 
     assert config.algorithm.use_pf_ppo is True and config.algorithm.pf_ppo.reweight_method == "max_min"
+
+
+def test_verls_rollout_moe_load_balance_metrics_interval_sets_the_actors():
+    config = load_config(["+actor_rollout_ref.rollout.moe_load_balance_metrics_interval=5"])
+
+    assert config.actor_rollout_ref.actor.moe_load_balance_metrics_interval == 5

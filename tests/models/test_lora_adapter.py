@@ -69,3 +69,14 @@ def test_lora_on_an_empty_weights_model_gets_the_adapters_of_a_loaded_model_and_
             assert param.device.type == "meta", name
     base = models[1].get_base_model()
     assert base.lm_head.weight is base.model.embed_tokens.weight
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "qwen2_moe"])
+def test_all_linear_lora_on_a_moe_model_adapts_its_linear_layers_not_its_routers_or_experts(tmp_path, arch):
+    lm = load_causal_lm(build_tiny_model(tmp_path / arch, arch=arch, hidden_size=32))
+    model = apply_lora(lm, lora_rank=4, lora_alpha=8, target_modules="all-linear")
+    adapted = {name.rsplit(".", 3)[0] for name, _ in model.named_parameters() if ".lora_A." in name}
+    assert any(name.endswith("self_attn.q_proj") for name in adapted)
+    assert not any(name.endswith(("mlp.gate", "mlp.experts")) for name in adapted)
+    if arch == "qwen2_moe":  # its shared expert is a plain MLP
+        assert any(name.endswith("shared_expert.up_proj") for name in adapted)
