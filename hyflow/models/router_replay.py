@@ -35,11 +35,12 @@ import torch
 from torch import nn
 
 from hyflow.engine.routing_cache import no_record_value
+from hyflow.models.moe_routers import router_modules
 
 
 def find_routers(model: nn.Module) -> list[nn.Module]:
-    """transformers' MoE routers of `model`, in layer order: the modules named `*.mlp.gate` that choose top_k."""
-    return [m for name, m in model.named_modules() if name.split(".")[-2:] == ["mlp", "gate"] and hasattr(m, "top_k")]
+    """transformers' MoE routers of `model`, in layer order (`moe_routers.router_modules` finds them)."""
+    return [router for _, router in router_modules(model)]
 
 
 def replay_routing(
@@ -69,7 +70,9 @@ class RouterReplay:
         self.ids: torch.Tensor | None = None
         self.records: dict[int, torch.Tensor] = {}
         for index, router in enumerate(self.routers):
-            router.register_forward_hook(functools.partial(self._hook, index))
+            # first among the router's hooks, whenever it is made: the others (moe_routers.RouterCapture: the
+            # load-balancing loss and the expert-load metrics) then see the replayed experts
+            router.register_forward_hook(functools.partial(self._hook, index), prepend=True)
 
     def replay(self, ids: torch.Tensor) -> None:
         if ids.shape[1] != len(self.routers):

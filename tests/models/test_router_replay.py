@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hyflow.models.policy import PolicyModel
+from hyflow.models.moe_routers import RouterCapture
 from hyflow.models.router_replay import find_routers, replay_routing
 from tests.engine.engine_testkit import make_tiny_hf_model
 
@@ -107,3 +108,17 @@ def test_routing_of_another_model_is_refused_naming_the_layer_counts():
     wrong = torch.zeros(*INPUT_IDS.shape, 2, 2, dtype=torch.uint8)
     with pytest.raises(ValueError, match="2 MoE layers per token, the model has 1 routers"):
         _forward(policy, routed_experts=wrong)
+
+
+def test_the_load_balancing_capture_made_before_replay_sees_the_replayed_experts():
+    policy = _policy("qwen3_moe", remove_padding=False)
+    capture = RouterCapture(policy.lm)  # made first, as the actor makes it at start-up
+    with torch.no_grad():
+        _forward(policy, record_routing=True)  # the replay hooks are made here, after the capture's
+        replayed = _other_experts(policy.routing_record, num_experts=4)
+        with capture.recording() as routed:
+            _forward(policy, routed_experts=replayed)
+    valid = ATTENTION_MASK.bool().flatten()
+    for layer in range(replayed.shape[2]):
+        expected = replayed[:, :, layer].flatten(0, 1)[valid].long()
+        assert torch.equal(routed.indices[layer][valid], expected)
