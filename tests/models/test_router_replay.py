@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hyflow.models.policy import PolicyModel
 from hyflow.models.moe_routers import RouterCapture
+from hyflow.models.policy import PolicyModel
 from hyflow.models.router_replay import find_routers, replay_routing
 from tests.engine.engine_testkit import make_tiny_hf_model
 
