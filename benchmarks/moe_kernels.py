@@ -16,11 +16,11 @@ import argparse
 import statistics
 
 import torch
+from rollout_throughput import peak_bandwidth  # this script's folder
 
 from hyflow.engine import triton_moe
 from hyflow.engine.models.moe import grouped_experts, route
 
-PEAK_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12}  # bytes/s, the vendors' datasheets
 SWEEP = [
     {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "num_warps": w, "num_stages": s}
     for m in (16, 32, 64)
@@ -85,8 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    name = torch.cuda.get_device_name()
-    bandwidth = next((v for k, v in PEAK_BANDWIDTH.items() if k in name), PEAK_BANDWIDTH["H100"])
+    name, bandwidth = torch.cuda.get_device_name(), peak_bandwidth()
     experts, top_k, hidden, width = 128, 8, 2048, 768
     print(f"device {name}; Qwen3-30B-A3B experts: X={experts} k={top_k} E={hidden} I={width}, bf16")
     for tokens in args.token_counts:

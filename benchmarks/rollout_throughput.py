@@ -49,7 +49,13 @@ from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.engine import LLMEngine
 from hyflow.engine.models.llama import Attention
 
-H200_BANDWIDTH = 4.8e12  # bytes/s, HBM3e peak
+PEAK_BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12}  # bytes/s, the vendors' datasheets (HBM3, HBM3e)
+
+
+def peak_bandwidth() -> float:
+    """The memory bandwidth of this GPU by its name (an H200's where the name is neither)."""
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    return next((value for key, value in PEAK_BANDWIDTH.items() if key in name), PEAK_BANDWIDTH["H200"])
 
 
 @dataclass
@@ -118,7 +124,7 @@ def decode_bound_seconds(model: torch.nn.Module, case: Case, dtype_bytes: int) -
     rows = case.num_prompts * case.n
     avg_context = case.prompt_len + case.new_tokens / 2
     # With prefix sharing the prompt part is read once per group of n in the best case; count it per row here.
-    return (weights + rows * avg_context * kv_per_token) / H200_BANDWIDTH
+    return (weights + rows * avg_context * kv_per_token) / peak_bandwidth()
 
 
 def is_main_rank() -> bool:
