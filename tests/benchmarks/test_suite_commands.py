@@ -209,7 +209,17 @@ def test_the_latest_leases_commands_in_the_benchmarks_readme_are_accepted_by_the
     assert problems(commands) == {}
 
 
-@pytest.mark.parametrize("script", ["async_rl.py", "grpo_step.py"])
+def test_the_mixture_of_experts_section_of_the_benchmarks_readme_shows_only_commands_the_scripts_accept():
+    readme = (BENCHMARKS / "README.md").read_text()
+    section = readme.split("## Mixture of experts", 1)[1].split("\n## ", 1)[0]
+    lines = [line.strip() for line in re.findall(r"^\s*(python3? benchmarks/\S+\.py.*)$", section, re.M)]
+    commands = {line: shlex.split(line.split("  #")[0]) for line in lines}
+
+    assert len(commands) >= 3
+    assert problems(commands) == {}
+
+
+@pytest.mark.parametrize("script", ["async_rl.py", "grpo_step.py", "rollout_throughput.py"])
 def test_the_commands_a_scripts_docstring_shows_are_accepted_by_its_parser(script):
     docstring = ast.get_docstring(ast.parse((BENCHMARKS / script).read_text()))
     joined = docstring.replace("\\\n", " ")  # a command continued on the next line
