@@ -2,7 +2,8 @@
 # Every GPU check and benchmark of the repo in one go, each beside its baseline, with a time limit per step:
 #   bash benchmarks/run_gpu_suite.sh [results-folder] [parts]   # default: $OUT, else ./gpu_results; all parts
 # Parts (comma-separated): tests, grpo, actor, rollout, vlm (the Qwen2.5-VL-3B shape: generation, a GRPO step),
-# moe (the Qwen3-30B-A3B shape cut to 16 layers: generation beside transformers.generate, the fused MoE kernels);
+# moe (the Qwen3-30B-A3B shape cut to 16 layers: generation beside transformers.generate, the fused MoE kernels;
+# a small MoE's train-inference mismatch with routing replay off and on);
 # and peers (not by default: vLLM beside the engine at the 0.5B and 7B shapes, the 7B GRPO step beside TRL+vLLM;
 # needs vLLM 0.25.0 on PYTHONPATH, see benchmarks/README.md); nemo (not by default: the GRPO step at NeMo-RL's
 # Llama-3.1-8B shape per GPU, the one-GPU anchor of issue #23, ~4 minutes; NEMO_RL_SHAPE in suite_step.sh).
@@ -48,6 +49,7 @@ if [[ $parts == *,moe,* ]]; then
     step moe_generate_grpo 200 "^case|skipped" python3 benchmarks/rollout_throughput.py --shape 30b-a3b \
         --num-layers 16 --cases b --no-hf --trace
     step moe_kernels 200 "^T=|^device" python3 benchmarks/moe_kernels.py
+    step moe_mismatch 300 "^router_replay|^device" python3 benchmarks/moe_mismatch.py
 fi
 if [[ $parts == *,peers,* ]]; then
     step rollout_peers_05b 330 "^case|skipped" python3 benchmarks/rollout_throughput.py --cases a,b,c,long --no-hf
