@@ -10,12 +10,14 @@ What changes from the single-turn tasks (everything else is `hyflow.demos.runner
 3. SFT on the reference answers with the images (the vision tower trains too), stopped early, so the model knows
    the format and is partly right;
 4. GRPO samples with `rollout.name=hf` (`transformers.generate`, with which the numbers below were measured;
-   `rollout.name=hyflow` runs the engine's own image prefill).
+   `rollout.name=hyflow` runs the engine's own image prefill) and trains the vision tower too: a seed whose SFT
+   model cannot yet tell blue from green (seed 2) gains +10 points with the tower frozen, +24 with it trained.
 
 The answer is in the pixels only, so accuracy above chance (1/3) means the model reads the image. `--task vision`
 brings its own run sizes (`PLAN_DEFAULTS`; flags given on the command line still win). Measured on the shared
-2-core CPU with those defaults (seed 0): validation accuracy 66.1% after SFT -> 85.9% after 20 GRPO steps
-(+19.8 points) in 28 s of wall time (120 s while seven other jobs shared the two cores).
+2-core CPU with those defaults, validation accuracy (256 test prompts) after SFT -> after 30 GRPO steps:
+seed 0: 60.0% -> 92.3% (+32.3 points); seed 1: 51.3% -> 81.3% (+30.1); seed 2: 54.6% -> 78.4% (+23.8); seeds 3
+and 4: +24.8 and +18.3. Seed 0 takes 26 s of wall time on a lightly loaded machine.
 """
 
 from __future__ import annotations
@@ -38,13 +40,13 @@ PLAN_DEFAULTS: dict[str, Any] = dict(
     sft_target_loss=0.1,
     sft_batch_size=32,
     sft_lr=3e-3,
-    grpo_steps=20,
+    grpo_steps=30,
     grpo_prompts=16,
     grpo_samples=8,
-    grpo_lr=5e-4,
+    grpo_lr=1e-3,
     train_size=800,
-    test_size=48,
-    test_freq=5,
+    test_size=256,  # one prompt is 0.4 points: the accuracy is measured, not guessed (validation takes ~3 s)
+    test_freq=10,
 )
 
 
@@ -64,13 +66,13 @@ def sft_overrides(base: Sequence[str]) -> list[str]:
 
 
 def grpo_overrides(base: Sequence[str]) -> list[str]:
-    """The demo's GRPO overrides for image prompts: transformers.generate as the rollout."""
+    """The demo's GRPO overrides for image prompts: transformers.generate as the rollout, the vision tower trained."""
     return with_overrides(
         base,
         {
             "data.max_prompt_length": MAX_PROMPT_LENGTH,
             "data.max_response_length": MAX_RESPONSE_LENGTH,
             "actor_rollout_ref.rollout.name": "hf",
-            "actor_rollout_ref.actor.freeze_vision_tower": True,  # SFT taught it to see; RL steers the language model
+            "actor_rollout_ref.actor.freeze_vision_tower": False,  # RL sharpens what the tower sees (see 4. above)
         },
     )

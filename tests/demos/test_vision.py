@@ -25,7 +25,9 @@ def test_vision_demo_raises_validation_accuracy_by_ten_points_or_more(tmp_path, 
     found = re.search(r"validation accuracy: ([\d.]+)% after SFT -> ([\d.]+)% after GRPO", printed)
     assert found, printed
     before, after = float(found.group(1)), float(found.group(2))
-    assert after - before >= 10.0, printed  # seeded: 66.1% -> 85.9% on a 2-core CPU
+    # Seeds 0/1/2/3/4 gain +32.3/+30.1/+23.8/+24.8/+18.3 points (256 test prompts, 0.4 points each): 10 is about
+    # half the smallest, 25 prompts' worth.
+    assert after - before >= 10.0, printed
     assert (tmp_path / "sft" / "huggingface" / "processor_config.json").is_file()
 
 
