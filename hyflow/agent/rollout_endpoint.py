@@ -52,7 +52,8 @@ class RolloutEndpoint:
         """The prompt (first request), or the checked delta of the messages added since the last reply."""
         data, history = self.data, self.data.messages
         if not history:
-            data.prompt_ids, self.tools = encode_prompt(self.loop.tokenizer, messages, tools), tools
+            template_kwargs = self.loop.context.chat_template_kwargs
+            data.prompt_ids, self.tools = encode_prompt(self.loop.tokenizer, messages, tools, template_kwargs), tools
             return
         for index, (sent, recorded) in enumerate(zip(messages, history)):
             if not same_message(sent, recorded):

@@ -21,18 +21,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from hyflow import fields as F
 from hyflow.agent.chat import MessageDelta, encode_text, render
 from hyflow.agent.interactions.answer_check import AnswerCheckInteraction
 from hyflow.agent.loop import AgentLoopContext, AgentLoopOutput, get_agent_loop_class
+from hyflow.agent.manager import AgentLoopManager
 from hyflow.agent.openai_agent import openai_agent
 from hyflow.agent.parsers import ToolParser
 from hyflow.agent.server import LocalEngineServer
 from hyflow.agent.tool_agent import ToolAgentLoop
-from hyflow.config.actor_rollout_ref import MultiTurnConfig
+from hyflow.config.actor_rollout_ref import MultiTurnConfig, RolloutConfig
 from hyflow.engine.async_engine import AsyncLLMEngine
 from hyflow.engine.config import EngineConfig, SamplingParams
 from hyflow.engine.engine import LLMEngine
 from hyflow.models.tiny import build_tiny_model, build_tiny_tokenizer
+from hyflow.protocol import DataProto
 
 from .conftest import ScriptedServer, tool_call
 from .test_tool_agent import RecordingTool, schema
@@ -222,3 +225,28 @@ def test_the_rollout_endpoint_extends_the_sampled_tokens_when_a_reply_comes_back
     assert [token for run in runs for token in run] == emitted and len(runs) == 3
     assert thinking_tokenizer.decode(output.response_ids).count("<think>I call echo.</think>") == 1
     assert output.extra_fields["agent_reward"] == 1.0
+
+
+def test_the_manager_renders_every_prompt_and_delta_with_the_datasets_chat_template_kwargs(
+    tmp_path, thinking_tokenizer
+):
+    interactions = tmp_path / "interactions.yaml"
+    interactions.write_text("interaction:\n  - name: answer_check\n    class_name: answer_check\n")
+    config = RolloutConfig(prompt_length=64, response_length=64)
+    config.multi_turn.interaction_config_path = str(interactions)
+    config.multi_turn.max_user_turns = 1
+    server = ScriptedServer(thinking_tokenizer, ["#### 4", "#### 5"])
+    manager = AgentLoopManager(config, thinking_tokenizer, [server], chat_template_kwargs={"enable_thinking": False})
+    rows = {
+        F.RAW_PROMPT: [QUESTION, QUESTION],
+        F.AGENT_NAME: ["single_turn_agent", "tool_agent"],
+        F.INTERACTION_KWARGS: [{}, GSM8K_KWARGS],
+    }
+    manager.generate_sequences(DataProto.from_dict(non_tensors=rows))
+    dataset_prompt = encode_text(
+        thinking_tokenizer, render(thinking_tokenizer, QUESTION, None, True, {"enable_thinking": False})
+    )
+    empty_thought = encode_text(thinking_tokenizer, "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    prompts = [call["prompt_ids"] for call in server.calls]
+    assert len(prompts) == 3 and prompts[0] == prompts[1] == dataset_prompt
+    assert all(prompt[-len(empty_thought) :] == empty_thought for prompt in prompts)  # also after the feedback
