@@ -204,7 +204,9 @@ def test_a_thinking_models_multi_turn_trajectory_is_the_sampled_tokens_and_re_sc
     # (b) the trajectory re-scores to the engine's log-probs at every mask-1 position
     mask = torch.tensor(output.response_mask, dtype=torch.bool)
     engine_log_probs = torch.tensor(output.response_log_probs)
-    torch.testing.assert_close(rescored_log_probs(thinking_model_path, output)[mask], engine_log_probs[mask])
+    assert engine_log_probs[mask].tolist() == [log_prob for _, out in server.turns for log_prob in out.log_probs]
+    rescored = rescored_log_probs(thinking_model_path, output)[mask]
+    torch.testing.assert_close(rescored, engine_log_probs[mask], atol=1e-5, rtol=1e-5)
     turns = [tokenizer.decode(ids[:-1]) for ids in sampled]
     assert turns == SCRIPTS[kind], "the fitted model answers each turn with its <think> block"
     # (c) the template's rendering of the conversation drops the earlier turns' reasoning: not the trajectory
