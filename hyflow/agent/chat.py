@@ -34,11 +34,20 @@ _BASE_ASSISTANT = "hyflow-base-assistant-turn"
 
 
 def render(
-    tokenizer: Any, messages: list[Message], tools: list[dict] | None = None, add_generation_prompt: bool = False
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = False,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> str:
-    """The chat template applied to `messages` (and tool schemas), as text."""
+    """The chat template applied to `messages` (and tool schemas), as text; `template_kwargs` are the template's own
+    variables (`data.apply_chat_template_kwargs`, e.g. `enable_thinking`)."""
     return tokenizer.apply_chat_template(
-        messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False
+        messages,
+        tools=tools or None,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
+        **(template_kwargs or {}),
     )
 
 
@@ -47,23 +56,30 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def encode_prompt(tokenizer: Any, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
+def encode_prompt(
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
     """Token ids of the prompt: the template with the generation prompt (the opening of the assistant turn)."""
-    return encode_text(tokenizer, render(tokenizer, messages, tools, add_generation_prompt=True))
+    return encode_text(tokenizer, render(tokenizer, messages, tools, True, template_kwargs))
 
 
 class MessageDelta:
     """Tokenizes messages appended after a model turn, consistently with the whole conversation's template.
 
     Built once per tokenizer (it renders the base conversation twice); `encode(new_messages, ended_with_eos)`
-    returns the ids to append after the model's last token.
+    returns the ids to append after the model's last token. `template_kwargs`: the template's own variables, as
+    the prompt was rendered with (e.g. `enable_thinking=False` opens each new turn with an empty think block).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
         base = [{"role": "user", "content": _BASE_USER}, {"role": "assistant", "content": _BASE_ASSISTANT}]
         self._base = base
-        self._base_text = render(tokenizer, base)
+        self._base_text = render(tokenizer, base, template_kwargs=self.template_kwargs)
         # What the template writes after an assistant message's content (ChatML: "<|im_end|>\n").
         self.assistant_suffix = self._base_text.split(_BASE_ASSISTANT, 1)[1]
         eos = tokenizer.eos_token or ""
@@ -80,7 +96,7 @@ class MessageDelta:
 
     def text(self, new_messages: list[Message], ended_with_eos: bool) -> str:
         """The text to append after the model's turn: the rest of its closing suffix, then the new messages."""
-        full = render(self.tokenizer, self._base + list(new_messages), add_generation_prompt=True)
+        full = render(self.tokenizer, self._base + list(new_messages), None, True, self.template_kwargs)
         if not full.startswith(self._base_text):
             raise ValueError(
                 "the tokenizer's chat template renders a conversation differently once messages are added to it, "

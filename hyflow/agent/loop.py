@@ -187,6 +187,8 @@ class AgentLoopContext:
     tools: dict[str, Tool] = field(default_factory=dict)
     interactions: dict[str, BaseInteraction] = field(default_factory=dict)
     processor: Any = None  # a vision-language model's processor (None: text only)
+    # the chat template's own variables for every prompt (data.apply_chat_template_kwargs, e.g. enable_thinking)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class AgentLoopBase(ABC):

@@ -9,6 +9,8 @@
 Each sample runs the loop named by its `agent_name` (`rollout.agent.default_agent_loop` when the batch has none) as
 an asyncio task; all turns of one sample go to one server (`ServerRouter`). Tools and interactions are loaded from
 `rollout.multi_turn.tool_config_path` / `interaction_config_path` once, here, so a bad config fails at start-up.
+`chat_template_kwargs` (the trainer passes `data.apply_chat_template_kwargs`, e.g. `{enable_thinking: false}`) go
+to the chat template with every prompt and message delta, so the loops' prompts are the dataset's.
 
 Output (B samples, P = rollout.prompt_length, R = rollout.response_length): `prompts` (B, P) left-padded,
 `responses`, `response_mask`, `rollout_log_probs`, `rollout_policy_versions` (B, R) right-padded (versions: -1 on
@@ -85,7 +87,12 @@ class AgentLoopManager:
     """Generates a batch of trajectories with agent loops over one or more async generation servers."""
 
     def __init__(
-        self, config: RolloutConfig, tokenizer: Any, servers: Sequence[AsyncLLMServer], processor: Any = None
+        self,
+        config: RolloutConfig,
+        tokenizer: Any,
+        servers: Sequence[AsyncLLMServer],
+        processor: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         lengths = (("prompt_length", "data.max_prompt_length"), ("response_length", "data.max_response_length"))
         for key, source in lengths:
@@ -114,10 +121,11 @@ class AgentLoopManager:
             response_length=config.response_length,
             multi_turn=multi_turn,
             tool_parser=ToolParser.get(multi_turn.format, tokenizer),
-            message_delta=MessageDelta(tokenizer),
+            message_delta=MessageDelta(tokenizer, chat_template_kwargs),
             tools={tool.name: tool for tool in tools},
             interactions=interactions,
             processor=processor,
+            chat_template_kwargs=dict(chat_template_kwargs or {}),
         )
         self._loop: asyncio.AbstractEventLoop | None = None  # start_background_loop's
         self._loop_thread: threading.Thread | None = None

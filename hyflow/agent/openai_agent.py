@@ -19,10 +19,12 @@ as a cap and the response budget (`response_length`) over the whole episode; the
 not used (on-policy RL samples with the trainer's settings). A request whose history is not the previous request's
 messages plus the reply as returned (the agent rewrote or dropped messages) is refused with a 400 naming the
 message, and the episode fails with that error: hyflow trains one conversation per rollout and does not split a
-trajectory into segments. The function's reward travels with the trajectory as the non-tensor field
-`agent_reward` (None when it returned None). The reward managers take it as the row's score and skip the scoring
-function for that row; a None leaves the row to the configured scorer, which scores the final text as for any
-rollout (precedence in hyflow/reward/managers/base.py).
+trajectory into segments. A reply sent back without its `<think>...</think>` block (what clients of thinking models
+do) is the reply as returned: the trajectory keeps the tokens that were sampled, reasoning included.
+The function's reward travels with the trajectory as the non-tensor field `agent_reward` (None when it returned
+None). The reward managers take it as the row's score and skip the scoring function for that row; a None leaves
+the row to the configured scorer, which scores the final text as for any rollout (precedence in
+hyflow/reward/managers/base.py).
 """
 
 from __future__ import annotations

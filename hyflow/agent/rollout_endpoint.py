@@ -21,6 +21,24 @@ class HistoryRewritten(ValueError):
     """The agent sent a history that is not the conversation so far."""
 
 
+def without_reasoning(content: str) -> str:
+    """A reply's text as a client of a thinking model sends it back: what follows its last `</think>`, stripped."""
+    return content.split("</think>")[-1].strip() if "</think>" in content else content
+
+
+def same_message(sent: dict[str, Any], recorded: dict[str, Any]) -> bool:
+    """Whether `sent` is the recorded message, or the recorded assistant reply without its `<think>` block (normal
+    usage with thinking templates: the trajectory keeps the sampled tokens, the sent text is never re-encoded)."""
+    if sent == recorded:
+        return True
+    content = recorded.get("content")
+    if recorded.get("role") != "assistant" or not isinstance(content, str) or "</think>" not in content:
+        return False
+    sent_content = sent.get("content")
+    sent_content = sent_content.strip() if isinstance(sent_content, str) else sent_content
+    return {**sent, "content": sent_content} == {**recorded, "content": without_reasoning(content)}
+
+
 class RolloutEndpoint:
     """One rollout's chat endpoint: generates on the loop's server and records the trajectory in `data`."""
 
@@ -34,14 +52,15 @@ class RolloutEndpoint:
         """The prompt (first request), or the checked delta of the messages added since the last reply."""
         data, history = self.data, self.data.messages
         if not history:
-            data.prompt_ids, self.tools = encode_prompt(self.loop.tokenizer, messages, tools), tools
+            template_kwargs = self.loop.context.chat_template_kwargs
+            data.prompt_ids, self.tools = encode_prompt(self.loop.tokenizer, messages, tools, template_kwargs), tools
             return
         for index, (sent, recorded) in enumerate(zip(messages, history)):
-            if sent != recorded:
+            if not same_message(sent, recorded):
                 raise HistoryRewritten(
                     f"messages[{index}] is not the conversation so far (sent {sent!r:.120}, recorded "
                     f"{recorded!r:.120}); openai_agent trains one growing conversation per rollout: send the earlier "
-                    "messages and each reply as returned, and only append"
+                    "messages and each reply as returned (its <think> block may be left out), and only append"
                 )
         if len(messages) <= len(history) or tools != self.tools:
             what = "changes the tools" if tools != self.tools else "adds no message after the last reply"
@@ -59,6 +78,7 @@ class RolloutEndpoint:
             self.error = error
             raise
         data, tokenizer = self.data, self.loop.tokenizer
+        messages = [*data.messages, *messages[len(data.messages) :]]  # earlier replies as recorded, with reasoning
         budget = self.loop.response_length - len(data.response_ids)
         if max_tokens is not None:
             budget = min(budget, max_tokens)

@@ -11,10 +11,12 @@ from hyflow.agent.loop import AgentData, AgentLoopBase, AgentLoopOutput, registe
 from hyflow.engine.config import SamplingParams
 
 
-def prompt_ids_of(tokenizer: Any, row: dict[str, Any], tools: list[dict] | None = None) -> list[int]:
+def prompt_ids_of(
+    tokenizer: Any, row: dict[str, Any], tools: list[dict] | None = None, template_kwargs: dict[str, Any] | None = None
+) -> list[int]:
     """The prompt's token ids: the chat template over `raw_prompt`, else the row's `raw_prompt_ids`."""
     if row.get("raw_prompt") is not None:
-        return encode_prompt(tokenizer, list(row["raw_prompt"]), tools)
+        return encode_prompt(tokenizer, list(row["raw_prompt"]), tools, template_kwargs)
     if row.get("raw_prompt_ids") is not None:
         return [int(i) for i in row["raw_prompt_ids"]]
     raise ValueError(
@@ -37,7 +39,7 @@ class SingleTurnAgentLoop(AgentLoopBase):
             data.multi_modal_inputs = dict(kwargs["multi_modal_inputs"])
             vision = {"multi_modal_inputs": data.multi_modal_inputs}
         else:
-            data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs)
+            data.prompt_ids = prompt_ids_of(self.tokenizer, kwargs, None, self.context.chat_template_kwargs)
         params = dataclasses.replace(sampling_params, max_tokens=self.response_length)
         start = time.perf_counter()
         output = await self.server.generate(data.request_id, data.prompt_ids, params, **vision)

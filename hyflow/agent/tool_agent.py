@@ -135,10 +135,10 @@ class ToolAgentLoop(AgentLoopBase):
         schemas = [schema.model_dump(exclude_unset=True, exclude_none=True) for schema in self.tool_schemas]
         processor = self.context.processor
         if processor is None:
-            data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas)
+            data.prompt_ids = encode_prompt(self.tokenizer, data.messages, schemas, self.context.chat_template_kwargs)
         else:
             data.prompt_ids, data.multi_modal_inputs = encode_prompt_with_images(
-                processor, data.messages, data.image_data, data.video_data, schemas
+                processor, data.messages, data.image_data, data.video_data, schemas, self.context.chat_template_kwargs
             )
         prompt_images = list(data.image_data)
         for name, tool in self.tools.items():

@@ -41,12 +41,13 @@ def encode_prompt_with_images(
     images: list[Image.Image],
     videos: list[Video],
     tools: list[dict] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[int], dict[str, torch.Tensor]]:
     """(prompt ids with the pads expanded, multi_modal_inputs) of a prompt whose text holds one "<image>" per image
     and one "<video>" per video (verl's schema), with the generation prompt and the tools' schemas."""
     error = RowError("agent loop", 0)
     parts = to_content_parts(messages, len(images), error, "raw_prompt", len(videos))
-    text = render(processor.tokenizer, parts, tools, add_generation_prompt=True)
+    text = render(processor.tokenizer, parts, tools, True, template_kwargs)
     return process_prompt(processor, text, images, videos)
 
 

@@ -10,6 +10,8 @@ Tests and `hyflow demo` use it so that nothing is downloaded:
 The tokenizer is a byte-level BPE trained in well under a second on a small built-in text (digits are always
 single tokens, so arithmetic stays learnable), with Qwen-style special tokens (`<|im_start|>`, `<|im_end|>`,
 `<|endoftext|>` as pad) and a ChatML chat template that renders `tools` and Hermes `<tool_call>` blocks.
+`build_tiny_tokenizer(thinking=True)` / `build_tiny_model(path, thinking_template=True)` give it a thinking-model
+template instead (Qwen3-style: earlier turns' `<think>` blocks are dropped on render; THINKING_CHAT_TEMPLATE).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def _moe_sizes(arch: str, intermediate_size: int) -> dict[str, int]:
 
 # ChatML with Hermes-style tools, written for hyflow. `tools` go into the system turn as JSON lines; assistant
 # tool calls render as <tool_call>{json}</tool_call>; tool results go back in a user turn as <tool_response>.
-CHAT_TEMPLATE = (
+# The @NAME@ slots are empty in CHAT_TEMPLATE and filled in THINKING_CHAT_TEMPLATE.
+_TEMPLATE = (
+    "@PREAMBLE@"
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
     "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
@@ -74,10 +78,12 @@ CHAT_TEMPLATE = (
     "{{- '<|im_start|>user\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{%- elif message['role'] == 'assistant' %}"
     "{{- '<|im_start|>assistant\\n' }}"
-    "{%- if message['content'] %}{{- message['content'] }}{%- endif %}"
+    "{%- set content = message['content'] %}"
+    "@ASSISTANT_CONTENT@"
+    "{%- if content %}{{- content }}{%- endif %}"
     "{%- for call in message.get('tool_calls') or [] %}"
     "{%- set fn = call['function'] if call['function'] is defined else call %}"
-    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{%- if content or not loop.first %}{{- '\\n' }}{%- endif %}"
     "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
     "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
     "{{- '}\\n</tool_call>' }}"
@@ -89,8 +95,45 @@ CHAT_TEMPLATE = (
     "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
     "{%- endif %}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}@GENERATION_PROMPT@{%- endif %}"
 )
+
+
+_SLOTS = ("@PREAMBLE@", "@ASSISTANT_CONTENT@", "@GENERATION_PROMPT@")
+
+
+def _filled_template(slots: dict[str, str]) -> str:
+    """_TEMPLATE with each @NAME@ slot replaced by its text in `slots` (empty when not given)."""
+    template = _TEMPLATE
+    for slot in _SLOTS:
+        template = template.replace(slot, slots.get(slot, ""))
+    return template
+
+
+CHAT_TEMPLATE = _filled_template({})
+
+# The same, thinking-model style (as Qwen3's): an assistant turn before the last user message renders without its
+# reasoning (what precedes `</think>` is dropped), so re-rendering a multi-turn conversation does not give back the
+# tokens the model sampled; a turn after it keeps its content, and `reasoning_content` renders as a <think> block.
+# The generation prompt opens the assistant turn; with `enable_thinking=False` it also writes an empty think block.
+_THINKING_SLOTS = {
+    "@PREAMBLE@": (
+        "{%- set ns = namespace(last_user=-1) %}"
+        "{%- for m in messages %}{%- if m['role'] == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}"
+        "{%- endfor %}"
+    ),
+    "@ASSISTANT_CONTENT@": (
+        "{%- if content is string and '</think>' in content and loop.index0 < ns.last_user %}"
+        "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
+        "{%- elif message.get('reasoning_content') and loop.index0 > ns.last_user %}"
+        "{%- set content = '<think>\\n' + message['reasoning_content'] + '\\n</think>\\n\\n' + (content or '') %}"
+        "{%- endif %}"
+    ),
+    "@GENERATION_PROMPT@": (
+        "{%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    ),
+}
+THINKING_CHAT_TEMPLATE = _filled_template(_THINKING_SLOTS)
 
 
 def _training_text() -> list[str]:
@@ -110,8 +153,9 @@ def _training_text() -> list[str]:
     return lines * 4
 
 
-def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on the built-in text and wrap it as a chat tokenizer (deterministic, ~0.1 s)."""
+def build_tiny_tokenizer(vocab_size: int = 512, thinking: bool = False) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on the built-in text and wrap it as a chat tokenizer (deterministic, ~0.1 s).
+    `thinking=True`: with THINKING_CHAT_TEMPLATE (earlier turns' <think> blocks dropped on render), else ChatML."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -135,7 +179,7 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         model_max_length=4096,
     )
     wrapped.add_tokens(TOOL_TOKENS)
-    wrapped.chat_template = CHAT_TEMPLATE
+    wrapped.chat_template = THINKING_CHAT_TEMPLATE if thinking else CHAT_TEMPLATE
     return wrapped
 
 
@@ -185,13 +229,15 @@ def build_tiny_model(
     max_position_embeddings: int = 2048,
     seed: int = 0,
     tokenizer: PreTrainedTokenizerFast | None = None,
+    thinking_template: bool = False,
 ) -> str:
     """Save a randomly initialised (seeded) decoder model and its tokenizer to `path`; return the path.
 
     The folder holds `config.json`, `model.safetensors`, `generation_config.json` and the tokenizer files, so
     `AutoModelForCausalLM.from_pretrained(path)` and `AutoTokenizer.from_pretrained(path)` load it offline.
+    `thinking_template=True` builds the tokenizer with the thinking-model template (when `tokenizer` is not given).
     """
-    tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer()
+    tokenizer = tokenizer if tokenizer is not None else build_tiny_tokenizer(thinking=thinking_template)
     vocab_size = ((len(tokenizer) + 63) // 64) * 64  # padded like real checkpoints; extra rows are never sampled
     config = _model_config(
         arch,

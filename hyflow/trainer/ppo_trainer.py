@@ -154,7 +154,8 @@ class PPOTrainer:
 
             servers = self.workers.rollout_servers()  # one per rollout worker; a conversation stays on one
             rollout = config.actor_rollout_ref.rollout
-            self.agent_manager = AgentLoopManager(rollout, self.tokenizer, servers, processor=self.processor)
+            template_kwargs = config.data.apply_chat_template_kwargs  # the prompts as the dataset renders them
+            self.agent_manager = AgentLoopManager(rollout, self.tokenizer, servers, self.processor, template_kwargs)
         if config.trainer.placement == "split":
             loader, manager = self.train_loader, self.agent_manager
             self.split = SplitRollout(config, self.workers, self._generate_batch, loader, agent_manager=manager)

@@ -48,6 +48,40 @@ def test_tiny_chat_template_renders_tools_tool_calls_and_generation_prompt(token
     assert plain == f"{IM_START}user\nadd 2 and 3{IM_END}\n"
 
 
+THINKING_TURNS = [
+    {"role": "user", "content": "q1"},
+    {"role": "assistant", "content": "<think>r1</think>\n\na1"},
+    {"role": "user", "content": "q2"},
+    {"role": "assistant", "content": "<think>r2</think>a2"},
+]
+
+
+def test_thinking_template_drops_reasoning_of_turns_before_the_last_user_message_only(tmp_path):
+    path = build_tiny_model(tmp_path / "thinking", hidden_size=32, thinking_template=True)
+    thinking = AutoTokenizer.from_pretrained(path)
+    text = thinking.apply_chat_template(THINKING_TURNS, tokenize=False)
+    assert f"{IM_START}assistant\na1{IM_END}" in text and "r1" not in text
+    assert f"{IM_START}assistant\n<think>r2</think>a2{IM_END}" in text
+    prompt = thinking.apply_chat_template(THINKING_TURNS[:1], tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith(f"{IM_START}assistant\n")
+    no_thinking = thinking.apply_chat_template(
+        THINKING_TURNS[:1], tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    assert no_thinking.endswith(f"{IM_START}assistant\n<think>\n\n</think>\n\n")
+
+
+def test_thinking_template_renders_reasoning_content_of_the_last_turn_as_a_think_block():
+    thinking = build_tiny_tokenizer(thinking=True)
+    reply = {"role": "assistant", "content": "a1", "reasoning_content": "r1"}
+    text = thinking.apply_chat_template([THINKING_TURNS[0], reply], tokenize=False)
+    assert text.endswith(f"{IM_START}assistant\n<think>\nr1\n</think>\n\na1{IM_END}\n")
+
+
+def test_chatml_template_keeps_every_turns_reasoning_as_written(tokenizer):
+    text = tokenizer.apply_chat_template(THINKING_TURNS, tokenize=False)
+    assert "<think>r1</think>\n\na1" in text and "<think>r2</think>a2" in text
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral"])
 def test_tiny_model_folder_loads_offline_with_from_pretrained(tmp_path, tokenizer, arch, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -220,8 +220,10 @@ def test_the_rollout_response_mask_covers_the_generated_tokens(assets, tmp_path)
 @pytest.mark.timeout(120)
 def test_multi_turn_rollouts_run_through_the_agent_loop_and_report_turns(assets, tmp_path):
     overrides = ["actor_rollout_ref.rollout.multi_turn.enable=True", "data.return_raw_chat=True"]
-    steps, _, _ = train(assets, tmp_path, *overrides)
+    kwargs = "data.apply_chat_template_kwargs.enable_thinking=false"  # the agent loops render prompts as the dataset
+    steps, trainer, _ = train(assets, tmp_path, *overrides, kwargs)
 
+    assert trainer.agent_manager.context.chat_template_kwargs == {"enable_thinking": False}
     metrics = steps[-1]["data"]
     assert metrics["num_turns/mean"] == 2  # user + assistant
     assert "agent/num_turns/mean" in metrics and "actor/pg_loss" in metrics
