@@ -21,6 +21,7 @@ Tensor fields (`DataProto.batch`):
 | response_mask       | (B, R) | int64   | 1 = model token in the loss, 0 = pad / tool / user token               |
 | old_log_probs       | (B, R) | float32 | log-prob of each response token under the actor before the update      |
 | ref_log_prob        | (B, R) | float32 | log-prob of each response token under the reference policy             |
+| teacher_log_probs   | (B, R) | float32 | log-prob of each response token under the teacher model                |
 | rollout_log_probs   | (B, R) | float32 | log-prob the generation engine reported when it sampled the token      |
 | rollout_is_weights  | (B, R) | float32 | truncated IS weight π_old/π_rollout per token (0 on padding), detached |
 | entropys            | (B, R) | float32 | entropy of the actor's next-token distribution at each position        |
@@ -113,6 +114,7 @@ RESPONSES = "responses"
 RESPONSE_MASK = "response_mask"
 OLD_LOG_PROBS = "old_log_probs"
 REF_LOG_PROB = "ref_log_prob"
+TEACHER_LOG_PROBS = "teacher_log_probs"
 ROLLOUT_LOG_PROBS = "rollout_log_probs"
 ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 ENTROPYS = "entropys"
@@ -173,6 +175,9 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(RESPONSE_MASK, "(B, R)", "int64", "tensor", "1 = model token in the loss, 0 = pad / tool / user token"),
     FieldSpec(OLD_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob of each token under the actor before the update"),
     FieldSpec(REF_LOG_PROB, "(B, R)", _TOKEN_F, "tensor", "log-prob of each response token under the reference policy"),
+    FieldSpec(
+        TEACHER_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob of each response token under the teacher model"
+    ),
     FieldSpec(ROLLOUT_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob the generation engine reported at sampling"),
     FieldSpec(ROLLOUT_IS_WEIGHTS, "(B, R)", _TOKEN_F, "tensor", "truncated IS weight π_old/π_rollout the loss applies"),
     FieldSpec(ENTROPYS, "(B, R)", _TOKEN_F, "tensor", "entropy of the actor's next-token distribution"),
