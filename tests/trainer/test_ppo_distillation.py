@@ -119,3 +119,22 @@ def test_distillation_combines_with_grpo_task_rewards(assets, tmp_path):
         assert "distillation/reverse_kl/mean" in step and "timing_s/teacher_log_prob" in step
         # task advantages are added: the advantages are no longer exactly -KL
         assert step["critic/advantages/mean"] != pytest.approx(-step["distillation/reverse_kl/mean"], rel=1e-4)
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_the_teacher_runs_beside_the_actor_in_each_ray_worker(ray_started_here, assets, tmp_path):
+    steps = _train(
+        assets,
+        tmp_path,
+        "distillation.distillation_loss.use_task_rewards=False",
+        "trainer.backend=ray",
+        "trainer.n_gpus_per_node=2",
+        "trainer.ray_init.num_cpus=2",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+    )
+
+    assert len(steps) == 2
+    for step in steps:
+        assert step["timing_s/teacher_log_prob"] > 0 and step["distillation/reverse_kl/mean"] > 1.0
+        assert step["critic/advantages/mean"] == pytest.approx(-step["distillation/reverse_kl/mean"], rel=1e-4)
