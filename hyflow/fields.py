@@ -84,6 +84,7 @@ Meta fields (`DataProto.meta_info`, one value for the whole batch):
 | metrics          | dict      | metrics a worker returns to the controller                                |
 | timing           | dict      | seconds a worker spent in each stage                                      |
 | rollout_correction | dataclass | `algorithm.rollout_correction` (bypass mode), read by the `reinforce_is` loss |
+| distillation_loss | dataclass | `distillation.distillation_loss` (direct form), read by the actor's loss       |
 | reward_extra_keys | list[str] | the non-tensor columns a reward manager added (its extras and flags)     |
 """
 
@@ -159,6 +160,7 @@ GLOBAL_STEPS = "global_steps"
 SEED = "seed"
 METRICS = "metrics"
 ROLLOUT_CORRECTION = "rollout_correction"
+DISTILLATION_LOSS = "distillation_loss"
 TIMING = "timing"
 REWARD_EXTRA_KEYS = "reward_extra_keys"
 ROLLOUT_POLICY_VERSIONS = "rollout_policy_versions"
@@ -218,6 +220,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(METRICS, "", "dict", "meta", "metrics a worker returns to the controller"),
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
     FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),
+    FieldSpec(DISTILLATION_LOSS, "", "DistillationLossConfig", "meta", "distillation's direct-loss settings"),
     FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
     FieldSpec(
         ROUTED_EXPERTS,

@@ -7,6 +7,10 @@ each token the advantage −k1_t (Thinking Machines, "On-Policy Distillation", 2
 setting of Agarwal et al., "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes"
 (GKD), ICLR 2024, arXiv:2306.13649). Only model tokens (response_mask 1) count.
 
+The other form backpropagates a per-token KL estimate directly, as a loss term (GKD's supervised form):
+`distillation_loss_per_token` with k2 = (log π_s − log π_t)²/2 or k3 = r − log r − 1, r = π_t/π_s, whose gradients
+depend on the teacher (k1's does not: its gradient is ∇log π_s alone, so k1 has no direct form).
+
 Shape legend: B rows, R response length.
 """
 
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["distillation_advantages", "sampled_token_reverse_kl"]
+from hyflow.algorithms.kl import kl_penalty
+
+__all__ = ["distillation_advantages", "distillation_loss_per_token", "sampled_token_reverse_kl"]
 
 
 def sampled_token_reverse_kl(
@@ -53,3 +59,25 @@ def distillation_advantages(
     if task_advantages is not None:
         advantages = advantages + task_advantages
     return advantages * response_mask
+
+
+def distillation_loss_per_token(
+    student_log_probs: torch.Tensor,
+    teacher_log_probs: torch.Tensor,
+    loss_mode: str,
+    log_prob_min_clamp: float | None = None,
+    loss_max_clamp: float | None = None,
+) -> torch.Tensor:
+    """(B, R) per-token distillation loss of the direct form, differentiable in the student's log-probs:
+
+        ℓ_t = min(KL_est(max(log π_s(y_t), c), max(log π_t(y_t), c)), loss_max_clamp)
+
+    where KL_est is the estimator `loss_mode` of `hyflow.algorithms.kl.kl_penalty` (k2 / mse: x²/2, k3 /
+    low_var_kl: e^{−x} + x − 1, abs: |x|, with x = log π_s − log π_t) and c = `log_prob_min_clamp`."""
+    if log_prob_min_clamp is not None:
+        student_log_probs = student_log_probs.clamp_min(log_prob_min_clamp)
+        teacher_log_probs = teacher_log_probs.clamp_min(log_prob_min_clamp)
+    loss = kl_penalty(student_log_probs, teacher_log_probs, loss_mode)
+    if loss_max_clamp is not None:
+        loss = loss.clamp_max(loss_max_clamp)
+    return loss

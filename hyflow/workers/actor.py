@@ -9,8 +9,11 @@ Shape legend: B = rows on this rank, R = response length, T = prompt + response 
 The update, per mini-batch (one optimizer step):
 
     loss = pg_loss − entropy_coeff · entropy + kl_loss_coef · kl_loss (+ router_aux_loss_coef · router_aux_loss)
+           (+ distillation_loss_coef · distillation_loss)
 
-the last for mixture-of-experts models (`moe_balance.py`, which also reports the expert load); each term aggregated
+the distillation term in on-policy distillation's direct form (the batch's `meta_info["distillation_loss"]`, the
+per-token KL to the teacher's `teacher_log_probs`: `hyflow.algorithms.distillation`); the router term for
+mixture-of-experts models (`moe_balance.py`, which also reports the expert load); each term aggregated
 with `agg_loss(loss_agg_mode)` over the *global* mini-batch: the token count (token-mean) or sequence count
 (seq-mean-*) is summed over this rank's micro-batches and all-reduced over ranks before the first forward, so the
 gradient does not depend on how the mini-batch was cut into micro-batches or ranks. Metrics are accumulated as
@@ -40,6 +43,7 @@ from tensordict import TensorDict
 
 from hyflow import fields as F
 from hyflow.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from hyflow.algorithms.distillation import distillation_loss_per_token
 from hyflow.engine.routing_cache import no_record_value
 from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
@@ -163,6 +167,7 @@ class DataParallelPPOActor:
         agg_kwargs: dict[str, Any],
         temperature: float,
         loss_kwargs: dict[str, Any],
+        distillation: Any = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean).
 
@@ -206,6 +211,17 @@ class DataParallelPPOActor:
             kl_loss = agg_loss(kld, mask, config.loss_agg_mode, **agg_kwargs)
             loss = loss + config.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach() / dp_size
+        if distillation is not None:  # on-policy distillation's direct form (hyflow.algorithms.distillation)
+            per_token = distillation_loss_per_token(
+                log_prob,
+                micro[F.TEACHER_LOG_PROBS],
+                distillation.loss_mode,
+                distillation.log_prob_min_clamp,
+                distillation.loss_max_clamp,
+            )
+            distill_loss = agg_loss(per_token, mask, config.loss_agg_mode, **agg_kwargs)
+            loss = loss + distillation.distillation_loss_coef * distill_loss
+            metrics["actor/distillation_loss"] = distill_loss.detach() / dp_size
         router_loss, router_metrics = self.router_balance.micro_batch_terms(routed, micro, packed, agg_kwargs)
         return loss + router_loss, {**metrics, **router_metrics}
 
@@ -217,6 +233,8 @@ class DataParallelPPOActor:
             self._check_one_optimizer_step(data.batch.batch_size[0])
         if self.config.use_kl_loss:
             keys.append(F.REF_LOG_PROB)
+        if F.DISTILLATION_LOSS in data.meta_info:
+            keys.append(F.TEACHER_LOG_PROBS)
         if F.ROLLOUT_LOG_PROBS in data.batch:
             keys.append(F.ROLLOUT_LOG_PROBS)
         if F.ROLLOUT_IS_WEIGHTS in data.batch:
@@ -269,7 +287,10 @@ class DataParallelPPOActor:
             device=self.device,
             metric_prefix="actor",
             micro_batch_loss=functools.partial(
-                self._micro_batch_loss, temperature=temperature, loss_kwargs=loss_kwargs
+                self._micro_batch_loss,
+                temperature=temperature,
+                loss_kwargs=loss_kwargs,
+                distillation=data.meta_info.get(F.DISTILLATION_LOSS),
             ),
         )
         self._num_updates += 1

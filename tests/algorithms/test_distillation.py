@@ -5,7 +5,11 @@ import math
 import pytest
 import torch
 
-from hyflow.algorithms.distillation import distillation_advantages, sampled_token_reverse_kl
+from hyflow.algorithms.distillation import (
+    distillation_advantages,
+    distillation_loss_per_token,
+    sampled_token_reverse_kl,
+)
 
 
 def _batch(seed: int = 0):
@@ -66,3 +70,39 @@ def test_the_advantage_carries_no_gradient_to_the_log_probs():
     student = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     adv = distillation_advantages(sampled_token_reverse_kl(student, torch.tensor([[-2.0, -1.0]])), torch.ones(1, 2))
     assert not adv.requires_grad
+
+
+def _naive_loss(log_s: float, log_t: float, mode: str) -> float:
+    x = log_s - log_t
+    if mode in ("k2", "mse"):
+        return 0.5 * x * x
+    if mode == "abs":
+        return abs(x)
+    return math.exp(-x) + x - 1  # k3 / low_var_kl
+
+
+@pytest.mark.parametrize("mode", ["k3", "low_var_kl", "k2", "mse", "abs"])
+@pytest.mark.parametrize(("min_clamp", "max_clamp"), [(None, None), (-6.0, 3.0)])
+def test_the_direct_forms_per_token_loss_equals_the_per_token_loop(mode, min_clamp, max_clamp):
+    student, teacher, _, _ = _batch()
+    student, teacher = student / 4, teacher / 4  # |x| < 3: away from kl_penalty's own k3 clamp at 10
+    got = distillation_loss_per_token(student, teacher, mode, min_clamp, max_clamp)
+    expected = torch.zeros_like(student)
+    for i in range(student.shape[0]):
+        for t in range(student.shape[1]):
+            log_s, log_t = student[i, t].item(), teacher[i, t].item()
+            if min_clamp is not None:
+                log_s, log_t = max(log_s, min_clamp), max(log_t, min_clamp)
+            value = _naive_loss(log_s, log_t, mode)
+            expected[i, t] = value if max_clamp is None else min(value, max_clamp)
+    torch.testing.assert_close(got, expected)
+
+
+def test_the_direct_forms_gradient_depends_on_the_teacher_for_k3_and_not_for_k1():
+    def gradient(mode: str, teacher: float) -> float:
+        student = torch.tensor([[-1.0]], requires_grad=True)
+        distillation_loss_per_token(student, torch.tensor([[teacher]]), mode).sum().backward()
+        return student.grad.item()
+
+    assert gradient("k3", -0.5) != pytest.approx(gradient("k3", -3.0))
+    assert gradient("k1", -0.5) == gradient("k1", -3.0) == 1.0  # why k1 has no direct form

@@ -57,17 +57,32 @@ def test_verls_own_distillation_defaults_load_while_distillation_is_off(caplog):
     assert "hyflow has one teacher" in caplog.text
 
 
-def test_the_direct_loss_form_is_refused_naming_the_key_and_the_fix():
+def test_verls_default_direct_form_with_k3_loads():
+    config = load_config(
+        ["distillation.enabled=True", "distillation.teacher_models.teacher_model.model_path=/models/teacher"],
+        check_files=False,
+    )
+    loss = config.distillation.distillation_loss
+    assert (loss.use_policy_gradient, loss.loss_mode) == (False, "k3")
+
+
+def test_k1_backpropagated_directly_is_refused_because_its_gradient_ignores_the_teacher():
     (problem,) = _problems([*ON, "distillation.distillation_loss.use_policy_gradient=False"])
-    assert problem.startswith("distillation.distillation_loss.use_policy_gradient=False")
-    assert "does not implement" in problem
-    assert "Fix: set distillation.distillation_loss.use_policy_gradient=True" in problem
+    assert problem.startswith("distillation.distillation_loss.loss_mode='k1' with ")
+    assert "does not depend on the teacher" in problem and "loss_mode=k3" in problem
 
 
-@pytest.mark.parametrize("mode", ["k3", "forward_kl_topk", "reverse_kl_topk", "jsd_topk"])
-def test_loss_modes_other_than_k1_are_refused(mode):
-    (problem,) = _problems([*ON, f"distillation.distillation_loss.loss_mode={mode}"])
-    assert f"loss_mode={mode!r} is not implemented" in problem and "loss_mode=k1" in problem
+@pytest.mark.parametrize("policy_gradient", ["True", "False"])
+@pytest.mark.parametrize("mode", ["forward_kl_topk", "reverse_kl_topk", "jsd_topk"])
+def test_the_top_k_loss_modes_are_refused_in_both_forms(mode, policy_gradient):
+    overrides = [*ON, f"distillation.distillation_loss.loss_mode={mode}"]
+    (problem,) = _problems([*overrides, f"distillation.distillation_loss.use_policy_gradient={policy_gradient}"])
+    assert f"loss_mode={mode!r}" in problem and "not implemented" in problem
+
+
+def test_an_estimator_other_than_k1_is_refused_in_the_policy_gradient_form():
+    (problem,) = _problems([*ON, "distillation.distillation_loss.loss_mode=k3"])
+    assert "policy-gradient form uses the reverse KL on the sampled token" in problem
 
 
 def test_a_second_teacher_is_refused_by_name():
