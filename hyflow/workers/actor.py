@@ -44,6 +44,7 @@ from tensordict import TensorDict
 from hyflow import fields as F
 from hyflow.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
 from hyflow.algorithms.distillation import distillation_loss_per_token
+from hyflow.config.distillation import DistillationLossConfig
 from hyflow.engine.routing_cache import no_record_value
 from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
@@ -167,7 +168,7 @@ class DataParallelPPOActor:
         agg_kwargs: dict[str, Any],
         temperature: float,
         loss_kwargs: dict[str, Any],
-        distillation: Any = None,
+        distillation: DistillationLossConfig | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean).
 
@@ -211,19 +212,30 @@ class DataParallelPPOActor:
             kl_loss = agg_loss(kld, mask, config.loss_agg_mode, **agg_kwargs)
             loss = loss + config.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach() / dp_size
-        if distillation is not None:  # on-policy distillation's direct form (hyflow.algorithms.distillation)
-            per_token = distillation_loss_per_token(
-                log_prob,
-                micro[F.TEACHER_LOG_PROBS],
-                distillation.loss_mode,
-                distillation.log_prob_min_clamp,
-                distillation.loss_max_clamp,
-            )
-            distill_loss = agg_loss(per_token, mask, config.loss_agg_mode, **agg_kwargs)
+        if distillation is not None:  # on-policy distillation's direct form
+            distill_loss = self._distillation_loss(log_prob, micro[F.TEACHER_LOG_PROBS], mask, agg_kwargs, distillation)
             loss = loss + distillation.distillation_loss_coef * distill_loss
             metrics["actor/distillation_loss"] = distill_loss.detach() / dp_size
         router_loss, router_metrics = self.router_balance.micro_batch_terms(routed, micro, packed, agg_kwargs)
         return loss + router_loss, {**metrics, **router_metrics}
+
+    def _distillation_loss(
+        self,
+        log_prob: torch.Tensor,
+        teacher_log_probs: torch.Tensor,
+        mask: torch.Tensor,
+        agg_kwargs: dict[str, Any],
+        distillation: DistillationLossConfig,
+    ) -> torch.Tensor:
+        """The direct form's KL term to the teacher (`hyflow.algorithms.distillation`), aggregated as the others."""
+        per_token = distillation_loss_per_token(
+            log_prob,
+            teacher_log_probs,
+            distillation.loss_mode,
+            distillation.log_prob_min_clamp,
+            distillation.loss_max_clamp,
+        )
+        return agg_loss(per_token, mask, self.config.loss_agg_mode, **agg_kwargs)
 
     def _update_keys(self, data: DataProto) -> list[str]:
         keys = [*MODEL_INPUTS, F.RESPONSE_MASK, F.ADVANTAGES]
