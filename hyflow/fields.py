@@ -21,6 +21,7 @@ Tensor fields (`DataProto.batch`):
 | response_mask       | (B, R) | int64   | 1 = model token in the loss, 0 = pad / tool / user token               |
 | old_log_probs       | (B, R) | float32 | log-prob of each response token under the actor before the update      |
 | ref_log_prob        | (B, R) | float32 | log-prob of each response token under the reference policy             |
+| teacher_log_probs   | (B, R) | float32 | log-prob of each response token under the teacher model                |
 | rollout_log_probs   | (B, R) | float32 | log-prob the generation engine reported when it sampled the token      |
 | rollout_is_weights  | (B, R) | float32 | truncated IS weight π_old/π_rollout per token (0 on padding), detached |
 | entropys            | (B, R) | float32 | entropy of the actor's next-token distribution at each position        |
@@ -83,6 +84,7 @@ Meta fields (`DataProto.meta_info`, one value for the whole batch):
 | metrics          | dict      | metrics a worker returns to the controller                                |
 | timing           | dict      | seconds a worker spent in each stage                                      |
 | rollout_correction | dataclass | `algorithm.rollout_correction` (bypass mode), read by the `reinforce_is` loss |
+| distillation_loss | dataclass | `distillation.distillation_loss` (direct form), read by the actor's loss       |
 | reward_extra_keys | list[str] | the non-tensor columns a reward manager added (its extras and flags)     |
 """
 
@@ -113,6 +115,7 @@ RESPONSES = "responses"
 RESPONSE_MASK = "response_mask"
 OLD_LOG_PROBS = "old_log_probs"
 REF_LOG_PROB = "ref_log_prob"
+TEACHER_LOG_PROBS = "teacher_log_probs"
 ROLLOUT_LOG_PROBS = "rollout_log_probs"
 ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
 ENTROPYS = "entropys"
@@ -157,6 +160,7 @@ GLOBAL_STEPS = "global_steps"
 SEED = "seed"
 METRICS = "metrics"
 ROLLOUT_CORRECTION = "rollout_correction"
+DISTILLATION_LOSS = "distillation_loss"
 TIMING = "timing"
 REWARD_EXTRA_KEYS = "reward_extra_keys"
 ROLLOUT_POLICY_VERSIONS = "rollout_policy_versions"
@@ -173,6 +177,9 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(RESPONSE_MASK, "(B, R)", "int64", "tensor", "1 = model token in the loss, 0 = pad / tool / user token"),
     FieldSpec(OLD_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob of each token under the actor before the update"),
     FieldSpec(REF_LOG_PROB, "(B, R)", _TOKEN_F, "tensor", "log-prob of each response token under the reference policy"),
+    FieldSpec(
+        TEACHER_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob of each response token under the teacher model"
+    ),
     FieldSpec(ROLLOUT_LOG_PROBS, "(B, R)", _TOKEN_F, "tensor", "log-prob the generation engine reported at sampling"),
     FieldSpec(ROLLOUT_IS_WEIGHTS, "(B, R)", _TOKEN_F, "tensor", "truncated IS weight π_old/π_rollout the loss applies"),
     FieldSpec(ENTROPYS, "(B, R)", _TOKEN_F, "tensor", "entropy of the actor's next-token distribution"),
@@ -213,6 +220,7 @@ _SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(METRICS, "", "dict", "meta", "metrics a worker returns to the controller"),
     FieldSpec(TIMING, "", "dict", "meta", "seconds a worker spent in each stage"),
     FieldSpec(ROLLOUT_CORRECTION, "", "RolloutCorrectionConfig", "meta", "bypass mode's settings for its policy loss"),
+    FieldSpec(DISTILLATION_LOSS, "", "DistillationLossConfig", "meta", "distillation's direct-loss settings"),
     FieldSpec(REWARD_EXTRA_KEYS, "", "list[str]", "meta", "the non-tensor columns a reward manager added"),
     FieldSpec(
         ROUTED_EXPERTS,

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from hyflow.config.algorithm import GROUP_ADV_ESTIMATORS
 from hyflow.config.async_rules import check_async_training
 from hyflow.config.convert import fill_inherited
+from hyflow.config.distillation import check_distillation
 from hyflow.config.files import check_paths, expand_user_paths
 from hyflow.config.ppo_trainer import PPOTrainerConfig
 from hyflow.config.ranges import check_ranges
@@ -60,6 +61,7 @@ def finalize(config: PPOTrainerConfig, check_files: bool = True) -> list[str]:
     problems += check_async_training(config)
     problems += _check_run(config)
     problems += check_router_replay(config, check_files)
+    problems += check_distillation(config)
     if check_files:
         problems += check_paths(config)
     _warn_on_doubtful_combinations(config)

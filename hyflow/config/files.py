@@ -75,6 +75,8 @@ def _model_problems(config: PPOTrainerConfig) -> list[str]:
         folders.append(("critic.model.tokenizer_path", critic.tokenizer_path))
     if reward.enable:
         folders.append(("reward_model.model.path", reward.model.path))
+    if config.distillation.enabled:
+        folders.append(("distillation.teacher_models.teacher_model.model_path", config.distillation.teacher_path))
     problems = []
     for key, path in folders:
         if path is None:

@@ -11,6 +11,7 @@ from hyflow.config.algorithm import AlgorithmConfig
 from hyflow.config.async_training import AsyncTrainingConfig
 from hyflow.config.critic import CriticConfig
 from hyflow.config.data import DataConfig
+from hyflow.config.distillation import DistillationConfig
 from hyflow.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from hyflow.config.trainer import TrainerConfig
 
@@ -27,6 +28,7 @@ class PPOTrainerConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)  # how rollout and training overlap
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)  # on-policy distillation (a teacher)
 
     @property
     def use_critic(self) -> bool:
@@ -89,6 +91,10 @@ class PPOTrainerConfig:
             reasons.append(
                 "algorithm.rollout_correction.rollout_is / rollout_rs in decoupled mode (the IS weights and "
                 "rejection compare old_log_probs with rollout_log_probs)"
+            )
+        if self.distillation.enabled:
+            reasons.append(
+                "distillation.enabled=True (the reverse KL to the teacher compares old_log_probs with the teacher's)"
             )
         if "old_log_probs" in actor.policy_loss.extra_batch_keys:
             reasons.append(

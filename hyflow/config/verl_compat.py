@@ -144,6 +144,13 @@ IGNORED: dict[str, str] = {
     "trainer.use_legacy_worker_impl": "hyflow has one worker implementation",
     "trainer.use_v1": "the choice between verl's two trainer implementations; hyflow has one",
     "trainer.esi_redundant_time": "a checkpoint timing hint for one cloud's elastic instances",
+    "distillation.teacher_key": "the per-sample field that picks one of several teachers; hyflow has one teacher",
+    "distillation.teacher_models.teacher_model.key": "the distillation.teacher_key value routed to this teacher; "
+    "hyflow's one teacher scores every sample",
+    "distillation.teacher_models.teacher_model.num_replicas": "the teacher's inference replicas; hyflow's teacher "
+    "is a forward pass in every training process",
+    "distillation.teacher_models.teacher_model.inference": "the teacher's vLLM/SGLang server settings; hyflow "
+    "scores with a forward pass (batched as actor_rollout_ref.ref.log_prob_*, at the rollout's temperature)",
     "data.return_multi_modal_inputs": "hyflow always keeps a processor's outputs per row (multi_modal_inputs)",
 }
 
@@ -204,7 +211,15 @@ UNSUPPORTED: dict[str, str] = {
     "algorithm.rollout_correction.rollout_token_veto_threshold": "verl's older token veto (use rollout_rs=token_k1 "
     "with a lower bound)",
     "algorithm.filter_groups.max_inflight_gen_batches": "overlapping generation batches for group filtering",
-    "distillation": "distillation from teacher models",
+    "distillation.n_gpus_per_node": "a resource pool for the teacher separate from training (hyflow's teacher "
+    "runs in every training process, offloaded as actor_rollout_ref.ref.fsdp_config says)",
+    "distillation.nnodes": "a resource pool for the teacher separate from training",
+    "distillation.teacher_models.*": "several teachers chosen per sample by distillation.teacher_key (hyflow "
+    "distills from one teacher, distillation.teacher_models.teacher_model)",
+    "distillation.distillation_loss.policy_loss_mode": "a policy loss for the distillation term of its own (hyflow's "
+    "distillation advantage goes through the actor's policy loss, actor_rollout_ref.actor.policy_loss)",
+    "distillation.distillation_loss.clip_ratio*": "PPO clipping of a distillation term of its own (hyflow's "
+    "distillation advantage is clipped by actor_rollout_ref.actor.clip_ratio*)",
     "reward_model.enable_resource_pool": "a resource pool for the reward model separate from training",
     "reward_model.n_gpus_per_node": "a resource pool for the reward model separate from training",
     "reward_model.nnodes": "a resource pool for the reward model separate from training",

@@ -7,10 +7,10 @@
 
 Every role shares one resource pool of `trainer.nnodes × trainer.n_gpus_per_node` processes (the colocated hybrid
 engine): the role classes are fused with `create_colocated_worker_cls` and `spawn` gives one group per role over
-the same processes, so the actor, the rollout engine, the reference policy, the critic and the reward model of a
-rank live in one process and hand memory to each other. `trainer.backend=local` builds the same fused class in
-this process (world size 1), for one device, tests and debugging; `trainer.backend=ray` starts one Ray actor per
-device (CPU processes when `trainer.device=cpu`).
+the same processes, so the actor, the rollout engine, the reference policy, the critic, the reward model and the
+distillation teacher of a rank live in one process and hand memory to each other. `trainer.backend=local` builds
+the same fused class in this process (world size 1), for one device, tests and debugging; `trainer.backend=ray`
+starts one Ray actor per device (CPU processes when `trainer.device=cpu`).
 
 Split placement (`trainer.placement=split`) gives generation a pool of its own, `trainer.rollout_nnodes ×
 trainer.rollout_n_gpus_per_node` processes of a rollout-only `ActorRolloutRefWorker` (group `rollout`), beside the
@@ -45,6 +45,7 @@ __all__ = [
     "CRITIC",
     "REWARD_MODEL",
     "ROLLOUT",
+    "TEACHER",
     "WorkerGroups",
     "build_worker_groups",
     "role_classes",
@@ -53,11 +54,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ACTOR_ROLLOUT, CRITIC, REWARD_MODEL, ROLLOUT = "actor_rollout", "critic", "reward_model", "rollout"
+TEACHER = "teacher"  # on-policy distillation's teacher (distillation.enabled)
 
 
 @dataclass
 class WorkerGroups:
-    """The role groups of one run; `critic` / `reward_model` are None when the config has no such role;
+    """The role groups of one run; `critic` / `reward_model` / `teacher` are None when the config has no such role;
     `rollout` is the group that generates (`actor_rollout` itself unless the placement is split)."""
 
     actor_rollout: WorkerGroup
@@ -66,6 +68,7 @@ class WorkerGroups:
     world_size: int = 1
     backend: str = "local"
     rollout: WorkerGroup | None = None
+    teacher: WorkerGroup | None = None
     _fused: WorkerGroup | None = field(default=None, repr=False)
     _pool: Any = field(default=None, repr=False)
     _rollout_fused: WorkerGroup | None = field(default=None, repr=False)  # split placement: the rollout pool's
@@ -128,6 +131,10 @@ def role_classes(config: PPOTrainerConfig) -> dict[str, ClassWithInitArgs]:
         from hyflow.workers.reward_model import RewardModelWorker
 
         roles[REWARD_MODEL] = ClassWithInitArgs(RewardModelWorker, config.reward_model)
+    if config.distillation.enabled:
+        from hyflow.workers.teacher import TeacherWorker
+
+        roles[TEACHER] = ClassWithInitArgs(TeacherWorker, config.actor_rollout_ref, config.distillation.teacher_path)
     return roles
 
 
@@ -204,6 +211,7 @@ def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
         world_size=data_parallel_size(config),
         backend=backend,
         rollout=groups.get(ROLLOUT, groups[ACTOR_ROLLOUT]),
+        teacher=groups.get(TEACHER),
         _fused=fused_group,
         _pool=pool,
         _rollout_fused=rollout_fused,
@@ -211,7 +219,8 @@ def build_worker_groups(config: PPOTrainerConfig) -> WorkerGroups:
         _owns_process_group=owns_process_group,
     )
     try:
-        for role in (ROLLOUT, CRITIC, REWARD_MODEL, ACTOR_ROLLOUT):  # the actor last: its engine sizes the KV cache
+        # the actor last: its engine sizes the KV cache
+        for role in (ROLLOUT, TEACHER, CRITIC, REWARD_MODEL, ACTOR_ROLLOUT):
             if role in groups:
                 groups[role].init_model(timeout=config.trainer.worker_init_timeout_s)
     except BaseException:  # the caller never gets the groups: end the workers here, so nothing is left running

@@ -6,7 +6,8 @@
 One step (`train_step`), each stage timed (`timing_s/<stage>`):
 
     prompts ─ uid per prompt, repeat rollout.n ─ gen (engine or agent loop) ─ reward ─ old_log_prob
-      ─ rollout_correction ─ ref ─ values ─ KL in reward (or scores as rewards) ─ adv ─ update_critic
+      ─ rollout_correction ─ ref ─ teacher_log_prob (distillation) ─ values ─ KL in reward (or scores as
+      rewards) ─ adv (+ distillation's reverse-KL advantages) ─ update_critic
       ─ update_actor ─ metrics
 
 The old_log_prob stage is skipped when the update is exactly on-policy (one optimizer step per batch and nothing
@@ -46,6 +47,7 @@ from hyflow.trainer import off_policy, stages
 from hyflow.trainer.async_rollout import SplitRollout
 from hyflow.trainer.balance import balance_batch, generate_balanced
 from hyflow.trainer.checkpoint_manager import StepCheckpoints
+from hyflow.trainer.distillation_stage import distill_advantages
 from hyflow.trainer.dynamic_sampling import GroupFilter
 from hyflow.trainer.metrics import reduce_metrics, timer
 from hyflow.trainer.placement import WorkerGroups, build_worker_groups
@@ -316,6 +318,9 @@ class PPOTrainer:
         if config.use_reference_policy:
             with timer("ref", timing):
                 batch = batch.union(self.workers.actor_rollout.compute_ref_log_prob(batch))
+        if config.distillation.enabled:
+            with timer("teacher_log_prob", timing):
+                batch = batch.union(self.workers.teacher.compute_teacher_log_prob(batch))
         if config.use_critic:
             with timer("values", timing):
                 batch = batch.union(self.workers.critic.compute_values(batch))
@@ -324,6 +329,8 @@ class PPOTrainer:
                 with timer("reward_wait", timing):
                     stages.store_reward(batch, *reward_future.result())
             batch = step_advantages(batch, config.algorithm, self.kl_ctrl, config.actor_rollout_ref.rollout.n, metrics)
+            if config.distillation.enabled:
+                batch = distill_advantages(batch, config.distillation.distillation_loss, metrics)
         if config.use_critic:
             with timer("update_critic", timing):
                 metrics.update(reduce_metrics(self.workers.critic.update_critic(batch).meta_info[F.METRICS]))

@@ -9,8 +9,11 @@ Shape legend: B = rows on this rank, R = response length, T = prompt + response 
 The update, per mini-batch (one optimizer step):
 
     loss = pg_loss − entropy_coeff · entropy + kl_loss_coef · kl_loss (+ router_aux_loss_coef · router_aux_loss)
+           (+ distillation_loss_coef · distillation_loss)
 
-the last for mixture-of-experts models (`moe_balance.py`, which also reports the expert load); each term aggregated
+the distillation term in on-policy distillation's direct form (the batch's `meta_info["distillation_loss"]`, the
+per-token KL to the teacher's `teacher_log_probs`: `hyflow.algorithms.distillation`); the router term for
+mixture-of-experts models (`moe_balance.py`, which also reports the expert load); each term aggregated
 with `agg_loss(loss_agg_mode)` over the *global* mini-batch: the token count (token-mean) or sequence count
 (seq-mean-*) is summed over this rank's micro-batches and all-reduced over ranks before the first forward, so the
 gradient does not depend on how the mini-batch was cut into micro-batches or ranks. Metrics are accumulated as
@@ -40,6 +43,8 @@ from tensordict import TensorDict
 
 from hyflow import fields as F
 from hyflow.algorithms import agg_loss, get_policy_loss_fn, kl_penalty
+from hyflow.algorithms.distillation import distillation_loss_per_token
+from hyflow.config.distillation import DistillationLossConfig
 from hyflow.engine.routing_cache import no_record_value
 from hyflow.models.packing import PackedRows
 from hyflow.protocol import DataProto
@@ -163,6 +168,7 @@ class DataParallelPPOActor:
         agg_kwargs: dict[str, Any],
         temperature: float,
         loss_kwargs: dict[str, Any],
+        distillation: DistillationLossConfig | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The micro-batch's share of the mini-batch loss, and its metric contributions (summing to the mean).
 
@@ -206,8 +212,30 @@ class DataParallelPPOActor:
             kl_loss = agg_loss(kld, mask, config.loss_agg_mode, **agg_kwargs)
             loss = loss + config.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach() / dp_size
+        if distillation is not None:  # on-policy distillation's direct form
+            distill_loss = self._distillation_loss(log_prob, micro[F.TEACHER_LOG_PROBS], mask, agg_kwargs, distillation)
+            loss = loss + distillation.distillation_loss_coef * distill_loss
+            metrics["actor/distillation_loss"] = distill_loss.detach() / dp_size
         router_loss, router_metrics = self.router_balance.micro_batch_terms(routed, micro, packed, agg_kwargs)
         return loss + router_loss, {**metrics, **router_metrics}
+
+    def _distillation_loss(
+        self,
+        log_prob: torch.Tensor,
+        teacher_log_probs: torch.Tensor,
+        mask: torch.Tensor,
+        agg_kwargs: dict[str, Any],
+        distillation: DistillationLossConfig,
+    ) -> torch.Tensor:
+        """The direct form's KL term to the teacher (`hyflow.algorithms.distillation`), aggregated as the others."""
+        per_token = distillation_loss_per_token(
+            log_prob,
+            teacher_log_probs,
+            distillation.loss_mode,
+            distillation.log_prob_min_clamp,
+            distillation.loss_max_clamp,
+        )
+        return agg_loss(per_token, mask, self.config.loss_agg_mode, **agg_kwargs)
 
     def _update_keys(self, data: DataProto) -> list[str]:
         keys = [*MODEL_INPUTS, F.RESPONSE_MASK, F.ADVANTAGES]
@@ -217,6 +245,8 @@ class DataParallelPPOActor:
             self._check_one_optimizer_step(data.batch.batch_size[0])
         if self.config.use_kl_loss:
             keys.append(F.REF_LOG_PROB)
+        if F.DISTILLATION_LOSS in data.meta_info:
+            keys.append(F.TEACHER_LOG_PROBS)
         if F.ROLLOUT_LOG_PROBS in data.batch:
             keys.append(F.ROLLOUT_LOG_PROBS)
         if F.ROLLOUT_IS_WEIGHTS in data.batch:
@@ -269,7 +299,10 @@ class DataParallelPPOActor:
             device=self.device,
             metric_prefix="actor",
             micro_batch_loss=functools.partial(
-                self._micro_batch_loss, temperature=temperature, loss_kwargs=loss_kwargs
+                self._micro_batch_loss,
+                temperature=temperature,
+                loss_kwargs=loss_kwargs,
+                distillation=data.meta_info.get(F.DISTILLATION_LOSS),
             ),
         )
         self._num_updates += 1
