@@ -1,6 +1,7 @@
 """`hyflow prepare-data reasoning_gym`: reasoning-gym entries as verl-schema parquet that RLHFDataset reads back."""
 
 import json
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -61,3 +62,10 @@ def test_the_command_reports_an_unknown_task_or_a_bad_config_with_exit_code_2(tm
                str(tmp_path)]  # fmt: skip
     assert hyflow_main(refused) == 2
     assert "reasoning_gym/chain_sum: config {'no_such': 1} was refused by the task" in caplog.text
+
+
+def test_without_reasoning_gym_installed_the_command_says_how_to_install_it(tmp_path, caplog, monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # `import reasoning_gym` raises ImportError
+
+    assert hyflow_main(["prepare-data", "reasoning_gym", "--task", "chain_sum", "--output", str(tmp_path)]) == 2
+    assert "reasoning-gym is not installed; install it with `pip install 'hyflow[envs]'`" in caplog.text

@@ -6,6 +6,7 @@ import pytest
 from hyflow.data.prepare import prepare_task
 from hyflow.reward.managers.base import RewardFunctionError
 from hyflow.reward.managers.naive import NaiveRewardManager
+from hyflow.reward.managers.prime import PrimeRewardManager
 from hyflow.reward.scorers import default_compute_score, get_scorer
 from hyflow.reward.scorers import reasoning_gym as rg_scorer
 
@@ -61,3 +62,17 @@ def test_the_naive_manager_stops_on_a_raising_score_answer_naming_the_row_and_th
 
     with pytest.raises(RewardFunctionError, match=r"row 0 \(data_source='reasoning_gym/word_sorting'.*score_answer"):
         NaiveRewardManager(tokenizer)(data)
+
+
+@pytest.mark.timeout(60)
+def test_the_prime_manager_scores_a_raising_score_answer_zero_and_flags_the_row(make_batch, tokenizer):
+    responses = ["<answer>a, b</answer>", "<answer>olleh</answer>"]
+    data = make_batch(responses, ["a, b", "olleh"], ["reasoning_gym/word_sorting", "reasoning_gym/spell_backward"])
+    manager = PrimeRewardManager(tokenizer, num_processes=1, timeout=30, stop_at_failed_fraction=2.0)
+    try:
+        result = manager(data, return_dict=True)
+    finally:
+        manager.pool.close()
+
+    assert result["reward_tensor"].sum(-1).tolist() == [0.0, 1.0]  # word_sorting's entry has no sorted_words
+    assert result["reward_extra_info"]["reward_error"] == [1.0, 0.0]
