@@ -6,6 +6,7 @@
     hyflow prepare-data countdown --output data/countdown --num-numbers 4
     hyflow prepare-data geo3k --input path/to/geometry3k --output data/geo3k     # original parquet files
     hyflow prepare-data shapes --output data/shapes --question count              # pictures drawn by seed
+    hyflow prepare-data reasoning_gym --task basic_arithmetic --size 500 --output data/rg   # pip install hyflow[envs]
 
 The synthetic tasks need no input. In Python: `prepare_task("arith", "data/arith", train_size=200)`.
 """
@@ -28,6 +29,7 @@ _SYNTHETIC_OPTIONS = {
     "arith": ("train_size", "test_size", "num_digits", "num_operands", "operators", "allow_negative"),
     "countdown": ("train_size", "test_size", "num_numbers", "max_number"),
     "shapes": ("train_size", "test_size", "question", "max_count", "image_size"),
+    "reasoning_gym": ("tasks", "train_size", "test_size", "config", "system_prompt"),
 }
 # Where the raw files of each task with an input come from, with today's tools: `hf` is huggingface_hub's command
 # (`pip install -U huggingface_hub`; it replaced `huggingface-cli`); the files it fetches are the ones
@@ -108,6 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     synthetic.add_argument("--question", choices=("count", "color"), default="count", help="shapes")
     synthetic.add_argument("--max-count", type=int, default=4, help="shapes: most shapes in a picture")
     synthetic.add_argument("--image-size", type=int, default=56, help="shapes: picture side in pixels (28k)")
+    rgym = parser.add_argument_group("reasoning_gym (pip install 'hyflow[envs]')")
+    rgym.add_argument("--task", dest="tasks", default="", help="reasoning_gym: task name(s), comma-separated")
+    rgym.add_argument("--size", type=int, default=None, help="reasoning_gym: train entries per task (--train-size)")
+    rgym.add_argument("--config", default=None, help="reasoning_gym: the task's config as JSON")
+    rgym.add_argument("--system-prompt", default="default", help="reasoning_gym: a SYSTEM_PROMPTS name, or none")
     return parser
 
 
@@ -120,10 +127,12 @@ def _task_options(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     """Entry point of `hyflow prepare-data`."""
     args = _parser().parse_args(argv)
+    if args.size is not None:
+        args.train_size = args.size
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         prepare_task(args.task, args.output, args.input, seed=args.seed, **_task_options(args))
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:
         logger.error("prepare-data: %s", exc)
         return 2
     return 0

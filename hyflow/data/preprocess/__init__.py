@@ -7,4 +7,4 @@ A row is `{"data_source", "prompt": [{"role", "content"}], "ability", "reward_mo
 "extra_info": {"split", "index", ...}}`; see `hyflow.data.schema`.
 """
 
-TASKS = ("gsm8k", "math", "arith", "countdown", "geo3k", "shapes")
+TASKS = ("gsm8k", "math", "arith", "countdown", "geo3k", "shapes", "reasoning_gym")

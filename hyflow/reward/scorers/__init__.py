@@ -4,6 +4,8 @@ A scorer is a plain function `compute_score(data_source, solution_str, ground_tr
 returns a float, or a dict with a float `score` plus extra fields (these become metrics). A new dataset adds a
 file here that decorates its scorer with `@register_scorer("its/data_source", ...)`; every module in this
 package is imported the first time a scorer is looked up, so nothing central needs editing.
+A family of data sources that share a prefix (`reasoning_gym/<task>`) registers once with
+`@register_scorer_prefix("reasoning_gym/")`; an exact registration wins over a prefix.
 
     from hyflow.reward.scorers import default_compute_score, gsm8k, math
     default_compute_score("openai/gsm8k", "... #### 72", "72")      # -> 1.0
@@ -20,6 +22,7 @@ from typing import Any
 ScoreFn = Callable[..., "float | dict[str, Any]"]
 
 _SCORERS: dict[str, ScoreFn] = {}
+_PREFIX_SCORERS: dict[str, ScoreFn] = {}  # data source prefix -> scorer of every data source that starts with it
 _WITHOUT_GROUND_TRUTH: set[str] = set()  # data sources whose scorer reads no ground_truth
 _ALL_IMPORTED = False
 
@@ -41,6 +44,21 @@ def register_scorer(*data_sources: str, needs_ground_truth: bool = True) -> Call
             _SCORERS[name] = fn
             if not needs_ground_truth:
                 _WITHOUT_GROUND_TRUTH.add(name)
+        return fn
+
+    return decorator
+
+
+def register_scorer_prefix(prefix: str) -> Callable[[ScoreFn], ScoreFn]:
+    """Decorator: register `fn` for every data source that starts with `prefix` (e.g. `"reasoning_gym/"`)."""
+    if not prefix:
+        raise ValueError("register_scorer_prefix needs a non-empty prefix, e.g. 'reasoning_gym/'.")
+
+    def decorator(fn: ScoreFn) -> ScoreFn:
+        existing = _PREFIX_SCORERS.get(prefix)
+        if existing is not None and existing is not fn:
+            raise ValueError(f"register_scorer_prefix: prefix {prefix!r} already has scorer {existing.__qualname__}.")
+        _PREFIX_SCORERS[prefix] = fn
         return fn
 
     return decorator
@@ -72,8 +90,12 @@ def get_scorer(data_source: str) -> ScoreFn:
     """The registered scorer for `data_source`; a ValueError lists the known data sources otherwise."""
     _import_all_scorers()
     if data_source not in _SCORERS:
+        for prefix, fn in _PREFIX_SCORERS.items():
+            if data_source.startswith(prefix):
+                return fn
         raise ValueError(
-            f"No built-in scorer for data_source={data_source!r}. Known data sources: {sorted(_SCORERS)}. "
+            f"No built-in scorer for data_source={data_source!r}. Known data sources: {sorted(_SCORERS)}, and "
+            f"those starting with {sorted(_PREFIX_SCORERS)}. "
             "Register one with @hyflow.reward.scorers.register_scorer, or set custom_reward_function.path/name "
             "to a file with your compute_score."
         )
